@@ -1,0 +1,2 @@
+//! The `capstan` command line.
+fn main() {}

@@ -1,0 +1,1 @@
+//! capstan lint: static analysis of CAPI / Metal3 manifest sets.

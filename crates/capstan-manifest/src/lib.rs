@@ -1,0 +1,1 @@
+//! Manifest files: YAML documents loaded with file:line positions, object identity, canonical YAML output.

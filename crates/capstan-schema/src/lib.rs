@@ -1,0 +1,1 @@
+//! Kubernetes structural-schema (openAPIV3Schema) validation of objects, with field paths.
