@@ -39,7 +39,9 @@ impl FieldPath {
             for idx in rest.split('[').filter(|s| !s.is_empty()) {
                 match idx.trim_end_matches(']').parse() {
                     Ok(i) => path.0.push(PathSegment::Index(i)),
-                    Err(_) => path.0.push(PathSegment::Key(idx.trim_end_matches(']').to_owned())),
+                    Err(_) => path
+                        .0
+                        .push(PathSegment::Key(idx.trim_end_matches(']').to_owned())),
                 }
             }
         }
@@ -138,15 +140,27 @@ mod tests {
     #[test]
     fn keys_with_dots_are_bracketed() {
         let p = FieldPath::parse("metadata.labels").key("cluster.x-k8s.io/cluster-name");
-        assert_eq!(p.to_string(), r#"metadata.labels["cluster.x-k8s.io/cluster-name"]"#);
-        assert_eq!(p.to_json_pointer(), "/metadata/labels/cluster.x-k8s.io~1cluster-name");
+        assert_eq!(
+            p.to_string(),
+            r#"metadata.labels["cluster.x-k8s.io/cluster-name"]"#
+        );
+        assert_eq!(
+            p.to_json_pointer(),
+            "/metadata/labels/cluster.x-k8s.io~1cluster-name"
+        );
     }
 
     #[test]
     fn lookup_follows_keys_and_indices() {
         let v = serde_json::json!({"spec": {"users": [{"name": "a"}]}});
-        assert_eq!(FieldPath::parse("spec.users[0].name").lookup(&v), Some(&serde_json::json!("a")));
+        assert_eq!(
+            FieldPath::parse("spec.users[0].name").lookup(&v),
+            Some(&serde_json::json!("a"))
+        );
         assert_eq!(FieldPath::parse("spec.users[1]").lookup(&v), None);
-        assert_eq!(FieldPath::parse("spec.users[0].name").parent(), Some(FieldPath::parse("spec.users[0]")));
+        assert_eq!(
+            FieldPath::parse("spec.users[0].name").parent(),
+            Some(FieldPath::parse("spec.users[0]"))
+        );
     }
 }

@@ -1,0 +1,61 @@
+//! `bootstrap.cluster.x-k8s.io/v1beta2` and `controlplane.cluster.x-k8s.io/v1beta2`.
+
+use super::{
+    KubeadmConfigSpec, KubeadmConfigStatus, KubeadmConfigTemplateSpec, KubeadmControlPlaneStatus,
+};
+use crate::capi::v1beta1::TemplateMeta;
+use crate::capi::v1beta2::MachineDeletion;
+use crate::meta::ContractVersionedObjectReference;
+use crate::resource;
+use serde::{Deserialize, Serialize};
+use serde_with::skip_serializing_none;
+
+resource!(
+    /// Bootstrap configuration of one Machine.
+    KubeadmConfig, KubeadmConfigSpec, KubeadmConfigStatus, "bootstrap.cluster.x-k8s.io", "v1beta2", "kubeadmconfigs", Namespaced
+);
+
+resource!(
+    /// Template of KubeadmConfigs for MachineDeployments.
+    KubeadmConfigTemplate, KubeadmConfigTemplateSpec, serde_json::Value, "bootstrap.cluster.x-k8s.io", "v1beta2", "kubeadmconfigtemplates", Namespaced
+);
+
+/// The spec of the Machine template of a KubeadmControlPlane.
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeadmControlPlaneMachineSpec {
+    #[serde(default)]
+    pub infrastructure_ref: ContractVersionedObjectReference,
+    pub deletion: Option<MachineDeletion>,
+}
+
+/// The Machine template of a KubeadmControlPlane.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct KubeadmControlPlaneMachineTemplate {
+    #[serde(default, skip_serializing_if = "super::is_empty_meta")]
+    pub metadata: TemplateMeta,
+    #[serde(default)]
+    pub spec: KubeadmControlPlaneMachineSpec,
+}
+
+/// KubeadmControlPlane spec.
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeadmControlPlaneSpec {
+    pub replicas: Option<i32>,
+    #[serde(default)]
+    pub version: String,
+    #[serde(default)]
+    pub machine_template: KubeadmControlPlaneMachineTemplate,
+    #[serde(default)]
+    pub kubeadm_config_spec: KubeadmConfigSpec,
+    pub rollout: Option<serde_json::Value>,
+    pub remediation: Option<serde_json::Value>,
+}
+
+resource!(
+    /// A kubeadm-managed control plane.
+    KubeadmControlPlane, KubeadmControlPlaneSpec, KubeadmControlPlaneStatus, "controlplane.cluster.x-k8s.io", "v1beta2", "kubeadmcontrolplanes", Namespaced
+);
