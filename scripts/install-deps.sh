@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs the system packages capstan's tests drive as real peers:
+#   cloud-init  - `cloud-init devel net-convert` judges the network_data.json capstan renders
+#   frr         - `vtysh --dryrun` judges the router configuration capstan renders
+# Idempotent: packages already present are not reinstalled.
+set -euo pipefail
+
+packages=(cloud-init frr)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -gt 0 ]; then
+  as_root=()
+  [ "$(id -u)" -eq 0 ] || as_root=(sudo)
+  echo "installing: ${missing[*]}"
+  "${as_root[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+for tool in cloud-init vtysh; do
+  command -v "$tool" >/dev/null || { echo "install-deps: $tool is still missing" >&2; exit 1; }
+done
