@@ -1,0 +1,429 @@
+//! Durable, versioned object store over SQLite (WAL) with a change log for watches.
+//!
+//! This is the storage layer of `capstan serve`: a key-value store of JSON objects where every write
+//! gets the next value of one global, monotonic `resourceVersion`, every change is appended to a change
+//! log in the same transaction, and watchers replay the log from any retained version before following
+//! live changes. It knows nothing of Kubernetes semantics (generation, finalizers, owners): the API
+//! server builds those on top of its three verbs — create, update with a precondition, delete.
+//!
+//! Durability: a write is acknowledged only after its transaction has committed with
+//! `synchronous=FULL` in WAL mode. One writer thread applies writes in batches (group commit), so many
+//! concurrent writers share each fsync; each write in a batch runs in its own savepoint so that one
+//! failing precondition does not affect the others.
+
+mod key;
+mod schema;
+mod watch;
+mod writer;
+
+pub use key::ObjectKey;
+pub use watch::{EventType, WatchEvent, WatchItem, WatchStream};
+
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::sync::{broadcast, oneshot};
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Create of a key that exists.
+    #[error("{0} already exists")]
+    AlreadyExists(ObjectKey),
+    /// Update or delete of a key that does not exist.
+    #[error("{0} not found")]
+    NotFound(ObjectKey),
+    /// The precondition's resourceVersion is not the stored one.
+    #[error("{key} has been modified: expected resourceVersion {expected}, stored {actual}")]
+    Conflict {
+        key: ObjectKey,
+        expected: u64,
+        actual: u64,
+    },
+    /// A watch asked for changes older than the retained log.
+    #[error(
+        "resourceVersion {requested} is too old: changes up to {compacted} have been compacted"
+    )]
+    Gone { requested: u64, compacted: u64 },
+    /// The object is not a JSON object with a metadata map.
+    #[error("the stored value must be a JSON object")]
+    NotAnObject,
+    /// SQLite failed.
+    #[error("database error")]
+    Database(#[from] rusqlite::Error),
+    /// Stored bytes are not JSON (the database was altered outside capstan).
+    #[error("stored object is not valid JSON")]
+    Corrupt(#[from] serde_json::Error),
+    /// The batch's transaction did not commit; nothing of it was written.
+    #[error("commit failed: {0}")]
+    CommitFailed(String),
+    /// The writer thread is gone (the store is shutting down).
+    #[error("the store is shut down")]
+    Closed,
+    /// Creating the data directory or reading a snapshot failed.
+    #[error("{path}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// A stored object: its key, the resourceVersion of its last write, and its JSON text (which carries
+/// the same resourceVersion in `metadata.resourceVersion`).
+#[derive(Clone, Debug)]
+pub struct StoredObject {
+    pub key: ObjectKey,
+    pub resource_version: u64,
+    pub json: Arc<str>,
+}
+
+impl StoredObject {
+    /// The object parsed.
+    pub fn value(&self) -> Result<serde_json::Value, StoreError> {
+        Ok(serde_json::from_str(&self.json)?)
+    }
+}
+
+/// The result of a list: a page of objects in key order, the store's resourceVersion when the list
+/// was read, and the key to continue after if the page was cut short.
+#[derive(Debug)]
+pub struct ListPage {
+    pub items: Vec<StoredObject>,
+    pub resource_version: u64,
+    pub continue_after: Option<(String, String)>,
+}
+
+/// Tuning of a store.
+#[derive(Clone, Debug)]
+pub struct StoreOptions {
+    /// How many change-log entries to keep for watch resumption.
+    pub retained_events: u64,
+    /// How many writes one transaction may group.
+    pub max_batch: usize,
+    /// Read connections kept open.
+    pub readers: usize,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            retained_events: 100_000,
+            max_batch: 512,
+            readers: 4,
+        }
+    }
+}
+
+/// The object store. Cheap to clone; all clones share one database.
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    path: PathBuf,
+    writes: std::sync::mpsc::SyncSender<writer::Request>,
+    readers: Mutex<Vec<Connection>>,
+    events: broadcast::Sender<Arc<WatchEvent>>,
+    head: Arc<AtomicU64>,
+    compacted: Arc<AtomicU64>,
+}
+
+impl Store {
+    /// Opens (creating if needed) the store in `path` (a SQLite file).
+    pub fn open(path: &Path, options: StoreOptions) -> Result<Self, StoreError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+        }
+        let conn = schema::open_writer(path)?;
+        let head: u64 = schema::read_meta(&conn, "head")?;
+        let compacted: u64 = schema::read_meta(&conn, "compacted")?;
+        let head = Arc::new(AtomicU64::new(head));
+        let compacted = Arc::new(AtomicU64::new(compacted));
+        let (events, _) = broadcast::channel(4096);
+        let (writes, requests) = std::sync::mpsc::sync_channel(options.max_batch * 4);
+        let mut readers = Vec::with_capacity(options.readers);
+        for _ in 0..options.readers {
+            readers.push(schema::open_reader(path)?);
+        }
+        writer::spawn(writer::Writer {
+            conn,
+            requests,
+            events: events.clone(),
+            head: head.clone(),
+            compacted: compacted.clone(),
+            retained_events: options.retained_events,
+            max_batch: options.max_batch,
+        })?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                path: path.to_path_buf(),
+                writes,
+                readers: Mutex::new(readers),
+                events,
+                head,
+                compacted,
+            }),
+        })
+    }
+
+    /// The resourceVersion of the last committed write.
+    pub fn head(&self) -> u64 {
+        self.inner.head.load(Ordering::Acquire)
+    }
+
+    /// The newest resourceVersion whose change has been dropped from the log.
+    pub fn compacted(&self) -> u64 {
+        self.inner.compacted.load(Ordering::Acquire)
+    }
+
+    /// Creates `key` with `value`; fails if it exists. `value.metadata.resourceVersion` is set.
+    pub async fn create(
+        &self,
+        key: ObjectKey,
+        value: serde_json::Value,
+    ) -> Result<StoredObject, StoreError> {
+        self.write(writer::Op::Create { key, value }).await
+    }
+
+    /// Replaces `key` with `value`; fails if it does not exist or, with `expected`, if its stored
+    /// resourceVersion differs.
+    pub async fn update(
+        &self,
+        key: ObjectKey,
+        value: serde_json::Value,
+        expected: Option<u64>,
+    ) -> Result<StoredObject, StoreError> {
+        self.write(writer::Op::Update {
+            key,
+            value,
+            expected,
+        })
+        .await
+    }
+
+    /// Deletes `key`; fails if it does not exist or, with `expected`, if its resourceVersion differs.
+    /// Returns the object as it was, with the resourceVersion of the deletion.
+    pub async fn delete(
+        &self,
+        key: ObjectKey,
+        expected: Option<u64>,
+    ) -> Result<StoredObject, StoreError> {
+        self.write(writer::Op::Delete { key, expected }).await
+    }
+
+    async fn write(&self, op: writer::Op) -> Result<StoredObject, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        let writes = self.inner.writes.clone();
+        // The channel is bounded: a full queue blocks, which is the back-pressure we want, but not on
+        // the async runtime's threads.
+        tokio::task::spawn_blocking(move || writes.send(writer::Request { op, reply }))
+            .await
+            .map_err(|_| StoreError::Closed)?
+            .map_err(|_| StoreError::Closed)?;
+        answer.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Reads one object.
+    pub async fn get(&self, key: ObjectKey) -> Result<Option<StoredObject>, StoreError> {
+        self.read(move |conn| {
+            conn.query_row(
+                "SELECT rv, value FROM objects WHERE resource = ?1 AND namespace = ?2 AND name = ?3",
+                params![key.resource, key.namespace, key.name],
+                |row| Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?)),
+            )
+            .optional()
+            .map(|found| {
+                found.map(|(rv, json)| StoredObject {
+                    key,
+                    resource_version: u64::try_from(rv).unwrap_or_default(),
+                    json: json.into(),
+                })
+            })
+            .map_err(StoreError::from)
+        })
+        .await
+    }
+
+    /// Lists objects of `resource` (in `namespace`, or all namespaces), in (namespace, name) order,
+    /// starting after `after`, keeping those `keep` accepts, at most `limit` of them.
+    pub async fn list<F>(
+        &self,
+        resource: String,
+        namespace: Option<String>,
+        after: Option<(String, String)>,
+        limit: Option<usize>,
+        keep: F,
+    ) -> Result<ListPage, StoreError>
+    where
+        F: Fn(&serde_json::Value) -> bool + Send + 'static,
+    {
+        self.read(move |conn| {
+            let tx = conn.unchecked_transaction()?;
+            let head: u64 = schema::read_meta(&tx, "head")?;
+            let (after_ns, after_name) = after.unwrap_or_default();
+            let mut stmt = tx.prepare_cached(
+                "SELECT namespace, name, rv, value FROM objects
+                 WHERE resource = ?1 AND (?2 IS NULL OR namespace = ?2) AND (namespace, name) > (?3, ?4)
+                 ORDER BY namespace, name",
+            )?;
+            let mut rows = stmt.query(params![resource, namespace, after_ns, after_name])?;
+            let mut items = Vec::new();
+            let mut continue_after = None;
+            while let Some(row) = rows.next()? {
+                let json: String = row.get(3)?;
+                let value: serde_json::Value = serde_json::from_str(&json)?;
+                if !keep(&value) {
+                    continue;
+                }
+                let key = ObjectKey {
+                    resource: resource.clone(),
+                    namespace: row.get(0)?,
+                    name: row.get(1)?,
+                };
+                if limit.is_some_and(|l| items.len() >= l) {
+                    continue_after = items
+                        .last()
+                        .map(|last: &StoredObject| (last.key.namespace.clone(), last.key.name.clone()));
+                    break;
+                }
+                items.push(StoredObject {
+                    key,
+                    resource_version: u64::try_from(row.get::<_, i64>(2)?).unwrap_or_default(),
+                    json: json.into(),
+                });
+            }
+            drop(rows);
+            drop(stmt);
+            tx.finish()?;
+            Ok(ListPage {
+                items,
+                resource_version: head,
+                continue_after,
+            })
+        })
+        .await
+    }
+
+    /// Counts objects per resource (for metrics and `capstan bench`).
+    pub async fn count(&self, resource: String) -> Result<u64, StoreError> {
+        self.read(move |conn| {
+            let n: i64 = conn.query_row(
+                "SELECT COUNT(*) FROM objects WHERE resource = ?1",
+                [resource],
+                |r| r.get(0),
+            )?;
+            Ok(u64::try_from(n).unwrap_or_default())
+        })
+        .await
+    }
+
+    /// Follows changes of `resource` (in `namespace`, or all) after resourceVersion `after`.
+    /// Fails with [`StoreError::Gone`] if that version is older than the retained log.
+    /// With `bookmarks`, a [`WatchItem::Bookmark`] is sent after that much quiet: every change of the
+    /// watched resource up to the bookmark's version has been delivered.
+    pub fn watch(
+        &self,
+        resource: String,
+        namespace: Option<String>,
+        after: u64,
+        bookmarks: Option<std::time::Duration>,
+    ) -> Result<WatchStream, StoreError> {
+        watch::start(self.clone(), resource, namespace, after, bookmarks)
+    }
+
+    /// Writes a consistent snapshot of the whole store to `target` while the store keeps serving.
+    pub async fn backup(&self, target: PathBuf) -> Result<(), StoreError> {
+        self.read(move |conn| {
+            if target.exists() {
+                std::fs::remove_file(&target).map_err(|source| StoreError::Io {
+                    path: target.clone(),
+                    source,
+                })?;
+            }
+            let target_text = target.to_string_lossy().into_owned();
+            conn.execute("VACUUM INTO ?1", [target_text])?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<Arc<WatchEvent>> {
+        self.inner.events.subscribe()
+    }
+
+    /// Runs `f` on a pooled read connection off the async runtime.
+    pub(crate) async fn read<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || {
+            let pooled = inner.readers.lock().map_err(|_| StoreError::Closed)?.pop();
+            let conn = match pooled {
+                Some(conn) => conn,
+                None => schema::open_reader(&inner.path)?,
+            };
+            let result = f(&conn);
+            if let Ok(mut pool) = inner.readers.lock() {
+                pool.push(conn);
+            }
+            result
+        })
+        .await
+        .map_err(|_| StoreError::Closed)?
+    }
+
+    /// Reads the change log after `after` for `resource`, up to `limit` entries (watch catch-up).
+    pub(crate) fn read_log(
+        conn: &Connection,
+        resource: &str,
+        namespace: Option<&str>,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<WatchEvent>, StoreError> {
+        let mut stmt = conn.prepare_cached(
+            "SELECT rv, type, namespace, name, value FROM events
+             WHERE rv > ?1 AND resource = ?2 AND (?3 IS NULL OR namespace = ?3) ORDER BY rv LIMIT ?4",
+        )?;
+        let rows = stmt.query_map(
+            params![
+                i64::try_from(after).unwrap_or(i64::MAX),
+                resource,
+                namespace,
+                i64::try_from(limit).unwrap_or(i64::MAX)
+            ],
+            |row| {
+                Ok(WatchEvent {
+                    resource_version: u64::try_from(row.get::<_, i64>(0)?).unwrap_or_default(),
+                    event_type: EventType::from_code(row.get::<_, i64>(1)?),
+                    key: ObjectKey {
+                        resource: resource.to_owned(),
+                        namespace: row.get(2)?,
+                        name: row.get(3)?,
+                    },
+                    json: Arc::from(row.get::<_, String>(4)?),
+                })
+            },
+        )?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+}
+
+/// Opens a read-only connection for tools (`capstan get` against a stopped server's data dir).
+pub fn open_read_only(path: &Path) -> Result<Connection, StoreError> {
+    Ok(Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )?)
+}

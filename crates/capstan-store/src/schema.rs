@@ -1,0 +1,74 @@
+//! The SQLite schema and connection set-up.
+//!
+//! `objects` holds the current state, `events` the change log (one row per write, in resourceVersion
+//! order), `meta` the store's counters (`head`: last resourceVersion; `compacted`: newest version no
+//! longer in the log). WAL mode lets readers proceed while the writer commits; `synchronous=FULL` makes
+//! a commit durable before it is acknowledged.
+
+use crate::StoreError;
+use rusqlite::{Connection, OpenFlags, OptionalExtension};
+use std::path::Path;
+use std::time::Duration;
+
+const DDL: &str = "
+CREATE TABLE IF NOT EXISTS objects (
+    resource  TEXT    NOT NULL,
+    namespace TEXT    NOT NULL,
+    name      TEXT    NOT NULL,
+    rv        INTEGER NOT NULL,
+    value     TEXT    NOT NULL,
+    PRIMARY KEY (resource, namespace, name)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS events (
+    rv        INTEGER PRIMARY KEY,
+    type      INTEGER NOT NULL,
+    resource  TEXT    NOT NULL,
+    namespace TEXT    NOT NULL,
+    name      TEXT    NOT NULL,
+    value     TEXT    NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_by_resource ON events (resource, rv);
+CREATE TABLE IF NOT EXISTS meta (
+    key   TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+) WITHOUT ROWID;
+INSERT OR IGNORE INTO meta (key, value) VALUES ('head', 0), ('compacted', 0), ('schema', 1);
+";
+
+fn configure(conn: &Connection) -> Result<(), StoreError> {
+    conn.busy_timeout(Duration::from_secs(10))?;
+    conn.pragma_update(None, "foreign_keys", "OFF")?;
+    Ok(())
+}
+
+/// The one read-write connection, owned by the writer thread.
+pub(crate) fn open_writer(path: &Path) -> Result<Connection, StoreError> {
+    let conn = Connection::open(path)?;
+    configure(&conn)?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.execute_batch(DDL)?;
+    Ok(conn)
+}
+
+/// A read-only connection for the reader pool.
+pub(crate) fn open_reader(path: &Path) -> Result<Connection, StoreError> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX
+            | OpenFlags::SQLITE_OPEN_URI,
+    )?;
+    configure(&conn)?;
+    Ok(conn)
+}
+
+/// Reads one counter of the `meta` table.
+pub(crate) fn read_meta(conn: &Connection, key: &str) -> Result<u64, StoreError> {
+    let value: Option<i64> = conn
+        .query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
+        .optional()?;
+    Ok(value
+        .and_then(|v| u64::try_from(v).ok())
+        .unwrap_or_default())
+}

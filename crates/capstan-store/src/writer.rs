@@ -1,0 +1,247 @@
+//! The single writer: applies writes in batches, one transaction per batch (group commit), one
+//! savepoint per write, then acknowledges and publishes the committed changes in resourceVersion order.
+
+use crate::watch::{EventType, WatchEvent};
+use crate::{ObjectKey, StoreError, StoredObject};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use tokio::sync::{broadcast, oneshot};
+
+/// One write.
+pub(crate) enum Op {
+    Create {
+        key: ObjectKey,
+        value: serde_json::Value,
+    },
+    Update {
+        key: ObjectKey,
+        value: serde_json::Value,
+        expected: Option<u64>,
+    },
+    Delete {
+        key: ObjectKey,
+        expected: Option<u64>,
+    },
+}
+
+/// A write and where to send its outcome.
+pub(crate) struct Request {
+    pub op: Op,
+    pub reply: oneshot::Sender<Result<StoredObject, StoreError>>,
+}
+
+pub(crate) struct Writer {
+    pub conn: Connection,
+    pub requests: std::sync::mpsc::Receiver<Request>,
+    pub events: broadcast::Sender<Arc<WatchEvent>>,
+    pub head: Arc<AtomicU64>,
+    pub compacted: Arc<AtomicU64>,
+    pub retained_events: u64,
+    pub max_batch: usize,
+}
+
+pub(crate) fn spawn(writer: Writer) -> Result<(), StoreError> {
+    std::thread::Builder::new()
+        .name("capstan-store-writer".into())
+        .spawn(move || writer.run())
+        .map(|_| ())
+        .map_err(|source| StoreError::Io {
+            path: "writer thread".into(),
+            source,
+        })
+}
+
+impl Writer {
+    fn run(mut self) {
+        // Ends when every Store handle (and so every sender) is dropped.
+        while let Ok(first) = self.requests.recv() {
+            let mut batch = vec![first];
+            while batch.len() < self.max_batch {
+                match self.requests.try_recv() {
+                    Ok(next) => batch.push(next),
+                    Err(_) => break,
+                }
+            }
+            self.commit(batch);
+        }
+    }
+
+    fn commit(&mut self, batch: Vec<Request>) {
+        let start_head = self.head.load(Ordering::Acquire);
+        let outcome = apply_batch(&mut self.conn, &batch, start_head, self.retained_events);
+        match outcome {
+            Ok((results, head, compacted)) => {
+                self.head.store(head, Ordering::Release);
+                self.compacted.store(compacted, Ordering::Release);
+                for (request, result) in batch.into_iter().zip(results) {
+                    match result {
+                        Ok((object, event)) => {
+                            // No receivers is fine: nobody is watching.
+                            let _ = self.events.send(Arc::new(event));
+                            let _ = request.reply.send(Ok(object));
+                        }
+                        Err(err) => {
+                            let _ = request.reply.send(Err(err));
+                        }
+                    }
+                }
+            }
+            Err(err) => {
+                tracing::error!(error = %err, "store commit failed; the batch was not written");
+                let message = err.to_string();
+                for request in batch {
+                    let _ = request
+                        .reply
+                        .send(Err(StoreError::CommitFailed(message.clone())));
+                }
+            }
+        }
+    }
+}
+
+type WriteOutcome = Result<(StoredObject, WatchEvent), StoreError>;
+
+fn apply_batch(
+    conn: &mut Connection,
+    batch: &[Request],
+    start_head: u64,
+    retained_events: u64,
+) -> Result<(Vec<WriteOutcome>, u64, u64), StoreError> {
+    let mut tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let mut head = start_head;
+    let mut results = Vec::with_capacity(batch.len());
+    for request in batch {
+        let mut savepoint = tx.savepoint()?;
+        match apply_one(&savepoint, &request.op, head + 1) {
+            Ok(done) => {
+                savepoint.commit()?;
+                head += 1;
+                results.push(Ok(done));
+            }
+            Err(err) => {
+                savepoint.rollback()?;
+                results.push(Err(err));
+            }
+        }
+    }
+    let mut compacted: u64 = crate::schema::read_meta(&tx, "compacted")?;
+    if head != start_head {
+        tx.execute(
+            "UPDATE meta SET value = ?1 WHERE key = 'head'",
+            [to_sql(head)],
+        )?;
+        // Compact in steps of a tenth of the retention so the delete is amortised.
+        let floor = head.saturating_sub(retained_events);
+        if floor > compacted + retained_events / 10 {
+            tx.execute("DELETE FROM events WHERE rv <= ?1", [to_sql(floor)])?;
+            tx.execute(
+                "UPDATE meta SET value = ?1 WHERE key = 'compacted'",
+                [to_sql(floor)],
+            )?;
+            compacted = floor;
+        }
+    }
+    tx.commit()?;
+    Ok((results, head, compacted))
+}
+
+fn to_sql(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn stored_rv(conn: &Connection, key: &ObjectKey) -> Result<Option<(u64, String)>, StoreError> {
+    Ok(conn
+        .query_row(
+            "SELECT rv, value FROM objects WHERE resource = ?1 AND namespace = ?2 AND name = ?3",
+            params![key.resource, key.namespace, key.name],
+            |row| Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?)),
+        )
+        .optional()?
+        .map(|(rv, v)| (u64::try_from(rv).unwrap_or_default(), v)))
+}
+
+/// Sets `metadata.resourceVersion` and returns the serialised object.
+fn stamp(mut value: serde_json::Value, rv: u64) -> Result<String, StoreError> {
+    let object = value.as_object_mut().ok_or(StoreError::NotAnObject)?;
+    let metadata = object
+        .entry("metadata")
+        .or_insert_with(|| serde_json::Value::Object(serde_json::Map::new()));
+    let metadata = metadata.as_object_mut().ok_or(StoreError::NotAnObject)?;
+    metadata.insert(
+        "resourceVersion".into(),
+        serde_json::Value::String(rv.to_string()),
+    );
+    Ok(serde_json::to_string(&value)?)
+}
+
+fn apply_one(conn: &Connection, op: &Op, rv: u64) -> WriteOutcome {
+    let (key, event_type, json) = match op {
+        Op::Create { key, value } => {
+            if stored_rv(conn, key)?.is_some() {
+                return Err(StoreError::AlreadyExists(key.clone()));
+            }
+            let json = stamp(value.clone(), rv)?;
+            conn.execute(
+                "INSERT INTO objects (resource, namespace, name, rv, value) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![key.resource, key.namespace, key.name, to_sql(rv), json],
+            )?;
+            (key, EventType::Added, json)
+        }
+        Op::Update {
+            key,
+            value,
+            expected,
+        } => {
+            let (actual, _) =
+                stored_rv(conn, key)?.ok_or_else(|| StoreError::NotFound(key.clone()))?;
+            check(key, *expected, actual)?;
+            let json = stamp(value.clone(), rv)?;
+            conn.execute(
+                "UPDATE objects SET rv = ?4, value = ?5 WHERE resource = ?1 AND namespace = ?2 AND name = ?3",
+                params![key.resource, key.namespace, key.name, to_sql(rv), json],
+            )?;
+            (key, EventType::Modified, json)
+        }
+        Op::Delete { key, expected } => {
+            let (actual, old) =
+                stored_rv(conn, key)?.ok_or_else(|| StoreError::NotFound(key.clone()))?;
+            check(key, *expected, actual)?;
+            conn.execute(
+                "DELETE FROM objects WHERE resource = ?1 AND namespace = ?2 AND name = ?3",
+                params![key.resource, key.namespace, key.name],
+            )?;
+            let json = stamp(serde_json::from_str(&old)?, rv)?;
+            (key, EventType::Deleted, json)
+        }
+    };
+    conn.execute(
+        "INSERT INTO events (rv, type, resource, namespace, name, value) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        params![to_sql(rv), event_type.code(), key.resource, key.namespace, key.name, json],
+    )?;
+    let json: Arc<str> = json.into();
+    Ok((
+        StoredObject {
+            key: key.clone(),
+            resource_version: rv,
+            json: json.clone(),
+        },
+        WatchEvent {
+            resource_version: rv,
+            event_type,
+            key: key.clone(),
+            json,
+        },
+    ))
+}
+
+fn check(key: &ObjectKey, expected: Option<u64>, actual: u64) -> Result<(), StoreError> {
+    match expected {
+        Some(expected) if expected != actual => Err(StoreError::Conflict {
+            key: key.clone(),
+            expected,
+            actual,
+        }),
+        _ => Ok(()),
+    }
+}
