@@ -1,2 +1,41 @@
-//! The `capstan` command line.
-fn main() {}
+//! The `capstan` command line: Cluster API for the machines you own, in one binary.
+//!
+//! Each subcommand lives in its own module under [`cmd`]. Exit codes are shared by all of them and
+//! documented in `docs/cli.md`:
+//!
+//! | code | meaning |
+//! | ---- | ------- |
+//! | 0 | success (for `lint`: no errors; warnings may have been printed) |
+//! | 1 | the input was read but is not valid (`lint` found errors, `render` refused the spec) |
+//! | 2 | the input could not be read or parsed, or the command line was wrong |
+
+mod cmd;
+mod output;
+
+use clap::Parser;
+use std::process::ExitCode;
+
+/// Cluster API for the machines you own.
+#[derive(Debug, Parser)]
+#[command(name = "capstan", version, about, long_about = None)]
+struct Cli {
+    /// When to colour the output. `NO_COLOR` in the environment means `never` unless `always` is given.
+    #[arg(long, global = true, value_enum, default_value_t = output::ColorChoice::Auto)]
+    color: output::ColorChoice,
+
+    #[command(subcommand)]
+    command: cmd::Command,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    output::init_tracing();
+    let style = output::Style::detect(cli.color);
+    match cmd::run(cli.command, &style) {
+        Ok(code) => code.into(),
+        Err(err) => {
+            eprintln!("{} {err:#}", style.error("error:"));
+            output::Exit::Unreadable.into()
+        }
+    }
+}

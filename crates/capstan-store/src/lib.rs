@@ -221,7 +221,7 @@ impl Store {
         let writes = self.inner.writes.clone();
         // The channel is bounded: a full queue blocks, which is the back-pressure we want, but not on
         // the async runtime's threads.
-        tokio::task::spawn_blocking(move || writes.send(writer::Request { op, reply }))
+        tokio::task::spawn_blocking(move || writes.send(writer::Request { op, reply }).map_err(|_| ()))
             .await
             .map_err(|_| StoreError::Closed)?
             .map_err(|_| StoreError::Closed)?;

@@ -1,5 +1,6 @@
 //! Store semantics against a real SQLite database on disk: preconditions, resourceVersion order,
 //! pagination, watch replay and resume, compaction (Gone), group commit under concurrency, backup.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use capstan_store::{EventType, ObjectKey, Store, StoreError, StoreOptions, WatchItem};
 use serde_json::json;
