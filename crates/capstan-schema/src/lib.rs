@@ -1,1 +1,36 @@
-//! Kubernetes structural-schema (openAPIV3Schema) validation of objects, with field paths.
+//! Kubernetes structural-schema (`openAPIV3Schema`) validation of objects, with field paths.
+//!
+//! - [`CrdSet`] loads CustomResourceDefinitions (files or directories, via `capstan-manifest`)
+//!   into plain typed data ([`CrdInfo`], [`CrdVersion`]) and finds the [`Schema`] for an
+//!   `apiVersion` and kind.
+//! - [`validate`] / [`validate_report`] check an object against a schema as the API server does
+//!   for custom resources, reporting each [`Violation`] with the [`FieldPath`] of the field, so
+//!   callers can turn it into `file:line`.
+//! - [`apply_defaults`] and [`prune`] do structural defaulting and unknown-field pruning.
+//!
+//! CEL rules (`x-kubernetes-validations`) are carried but not evaluated; the report lists the
+//! ones that applied so that callers can say so. Nothing here panics on any schema or value.
+//!
+//! [`FieldPath`]: capstan_model::path::FieldPath
+
+mod crd;
+mod defaults;
+mod format;
+mod prune;
+mod schema;
+mod validate;
+
+pub use crd::{
+    CRD_API_VERSION, CrdError, CrdInfo, CrdSet, CrdVersion, PrinterColumn, ScaleSubresource, Scope,
+    Subresources,
+};
+pub use defaults::apply_defaults;
+pub use prune::prune;
+pub use schema::{
+    AdditionalProperties, ListType, MAX_SCHEMA_DEPTH, MapType, Pattern, Schema, SchemaError,
+    SchemaType, ValidationRule,
+};
+pub use validate::{
+    UncheckedPattern, UnevaluatedRule, ValidationReport, Violation, ViolationKind, validate,
+    validate_report,
+};
