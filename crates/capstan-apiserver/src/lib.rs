@@ -1,0 +1,295 @@
+//! A Kubernetes-compatible API server over `capstan-store`.
+//!
+//! It serves capstan's built-in kinds and any CustomResourceDefinition applied to it, with the API
+//! semantics `kubectl` and kube-rs use: discovery, CRUD, `resourceVersion` and optimistic concurrency,
+//! `generation`, the `status` subresource, finalizers and `deletionTimestamp`, label and field
+//! selectors, pagination, watches with resume and bookmarks, JSON merge / JSON / apply patches,
+//! schema defaulting, pruning and validation, several versions per kind with conversion, Tables, and
+//! OpenAPI v3. It listens on HTTPS only, authenticates with a bearer token or a client certificate
+//! signed by its CA, and exposes `/healthz`, `/readyz`, `/livez` and `/metrics`.
+//!
+//! Not served: aggregated discovery, protobuf, server-side apply field ownership (apply patches merge),
+//! and admission webhooks.
+
+pub mod conversion;
+mod discovery;
+mod handlers;
+pub mod lifecycle;
+pub mod metrics;
+pub mod openapi;
+pub mod registry;
+pub mod selectors;
+pub mod status;
+pub mod table;
+pub mod target;
+pub mod tls;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Query, Request as HttpRequest, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get};
+use capstan_store::{ObjectKey, Store};
+use conversion::Converter;
+use registry::Registry;
+use status::ApiError;
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock, RwLockWriteGuard};
+use std::time::Instant;
+
+pub use metrics::Metrics;
+
+/// Why the API server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("built-in kinds")]
+    Registry(#[from] registry::RegistryError),
+    #[error("reading stored CustomResourceDefinitions")]
+    Store(#[from] capstan_store::StoreError),
+    #[error("stored CustomResourceDefinition {name} is invalid")]
+    StoredCrd { name: String, source: capstan_schema::CrdError },
+    #[error("TLS")]
+    Tls(#[from] tls::TlsError),
+    #[error("listening")]
+    Io(#[from] std::io::Error),
+}
+
+/// How clients authenticate.
+#[derive(Clone, Debug)]
+pub struct Auth {
+    /// Accepted bearer tokens.
+    pub tokens: Vec<String>,
+}
+
+/// The identity a TLS connection proved with a client certificate, inserted by the connection layer.
+#[derive(Clone, Debug)]
+pub struct ClientCertificate;
+
+/// Shared state of all requests.
+pub struct ApiState {
+    pub store: Store,
+    registry: RwLock<Registry>,
+    pub converter: Arc<dyn Converter>,
+    pub metrics: Arc<Metrics>,
+    auth: Auth,
+}
+
+impl ApiState {
+    fn registry_read(&self) -> Registry {
+        match self.registry.read() {
+            Ok(r) => r.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    fn registry_write(&self) -> RwLockWriteGuard<'_, Registry> {
+        match self.registry.write() {
+            Ok(r) => r,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// The served kinds right now.
+    pub fn registry(&self) -> Registry {
+        self.registry_read()
+    }
+}
+
+/// Namespaces every Kubernetes API has.
+const SYSTEM_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "kube-node-lease"];
+
+/// The API server: state plus the HTTP router.
+#[derive(Clone)]
+pub struct ApiServer {
+    state: Arc<ApiState>,
+}
+
+impl ApiServer {
+    /// Builds the server over `store`: the built-in kinds plus the CRDs stored in it, and the system
+    /// namespaces (created if missing).
+    pub async fn new(store: Store, converter: Arc<dyn Converter>, auth: Auth) -> Result<Self, ServerError> {
+        let mut registry = Registry::builtin()?;
+        let crds = store
+            .list("apiextensions.k8s.io/customresourcedefinitions".into(), None, None, None, |_| true)
+            .await?;
+        for stored in crds.items {
+            let value = stored.value()?;
+            let crd = capstan_schema::CrdInfo::from_value(&value).map_err(|source| ServerError::StoredCrd {
+                name: stored.key.name.clone(),
+                source,
+            })?;
+            registry.insert(crd);
+        }
+        for ns in SYSTEM_NAMESPACES {
+            let key = ObjectKey::new("/namespaces", "", *ns);
+            if store.get(key.clone()).await?.is_none() {
+                let mut object = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}, "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}});
+                // The system namespaces are created exactly like user ones.
+                if lifecycle::prepare_create(&mut object, None, "Namespace").is_ok() {
+                    match store.create(key, object).await {
+                        Ok(_) | Err(capstan_store::StoreError::AlreadyExists(_)) => {}
+                        Err(err) => return Err(err.into()),
+                    }
+                }
+            }
+        }
+        Ok(Self {
+            state: Arc::new(ApiState {
+                store,
+                registry: RwLock::new(registry),
+                converter,
+                metrics: Arc::new(Metrics::default()),
+                auth,
+            }),
+        })
+    }
+
+    /// The shared state (for in-process clients and tests).
+    pub fn state(&self) -> Arc<ApiState> {
+        self.state.clone()
+    }
+
+    /// The HTTP routes, authentication included. `/healthz`, `/livez`, `/readyz` and `/version` are
+    /// open, as in Kubernetes; everything else needs a token or a client certificate.
+    pub fn router(&self) -> Router {
+        let open = Router::new()
+            .route("/healthz", get(health))
+            .route("/livez", get(health))
+            .route("/readyz", get(ready))
+            .route("/version", get(|| async { axum::Json(discovery::version()) }));
+        let protected = Router::new()
+            .route("/metrics", get(metrics_text))
+            .route("/openapi/v3", get(openapi_root))
+            .route("/openapi/v3/{*rest}", get(openapi_doc))
+            .route("/api", any(api))
+            .route("/api/{*rest}", any(api))
+            .route("/apis", any(api))
+            .route("/apis/{*rest}", any(api))
+            .layer(middleware::from_fn_with_state(self.state.clone(), authenticate));
+        open.merge(protected).with_state(self.state.clone())
+    }
+}
+
+async fn health() -> &'static str {
+    "ok"
+}
+
+async fn ready(State(state): State<Arc<ApiState>>) -> Response {
+    // Ready when the store answers a read.
+    match state.store.get(ObjectKey::new("/namespaces", "", "default")).await {
+        Ok(_) => (StatusCode::OK, "ok").into_response(),
+        Err(err) => (StatusCode::SERVICE_UNAVAILABLE, format!("store: {err}")).into_response(),
+    }
+}
+
+async fn metrics_text(State(state): State<Arc<ApiState>>) -> Response {
+    state
+        .metrics
+        .resource_version
+        .set(i64::try_from(state.store.head()).unwrap_or(i64::MAX));
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.encode()).into_response()
+}
+
+async fn openapi_root(State(state): State<Arc<ApiState>>) -> Response {
+    axum::Json(openapi::root(&state.registry_read())).into_response()
+}
+
+async fn openapi_doc(State(state): State<Arc<ApiState>>, uri: Uri) -> Response {
+    let rest = uri.path().trim_start_matches("/openapi/v3/");
+    let registry = state.registry_read();
+    let (group, version) = match rest.split('/').collect::<Vec<_>>().as_slice() {
+        ["api", version] => (String::new(), (*version).to_owned()),
+        ["apis", group, version] => ((*group).to_owned(), (*version).to_owned()),
+        _ => return ApiError::NoSuchResource.into_response(),
+    };
+    axum::Json(openapi::group_version(&registry, &group, &version)).into_response()
+}
+
+async fn authenticate(State(state): State<Arc<ApiState>>, request: HttpRequest, next: Next) -> Response {
+    let by_certificate = request.extensions().get::<ClientCertificate>().is_some();
+    let by_token = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .is_some_and(|token| state.auth.tokens.iter().any(|t| constant_time_eq(t.as_bytes(), token.trim().as_bytes())));
+    if by_certificate || by_token {
+        next.run(request).await
+    } else {
+        ApiError::Unauthorized.into_response()
+    }
+}
+
+/// Compares secrets without an early exit, so timing does not reveal a matching prefix.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn verb(method: &Method, path: &target::ResourcePath, query: &HashMap<String, String>) -> &'static str {
+    let watch = path.watch_prefix || query.get("watch").is_some_and(|v| v == "true" || v == "1");
+    match (method.as_str(), path.name.is_some()) {
+        ("GET", _) if watch => "watch",
+        ("GET", true) => "get",
+        ("GET", false) => "list",
+        ("POST", _) => "create",
+        ("PUT", _) => "update",
+        ("PATCH", _) => "patch",
+        ("DELETE", true) => "delete",
+        ("DELETE", false) => "deletecollection",
+        _ => "other",
+    }
+}
+
+async fn api(
+    State(state): State<Arc<ApiState>>,
+    method: Method,
+    uri: Uri,
+    Query(query): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let started = Instant::now();
+    let Some(target) = target::parse(uri.path()) else { return ApiError::NoSuchResource.into_response() };
+    let registry = state.registry_read();
+    let found = match target {
+        target::Target::Root if uri.path().trim_end_matches('/') == "/api" => Some(discovery::core_versions()),
+        target::Target::Root => Some(discovery::group_list(&registry)),
+        target::Target::Group { group } => discovery::group(&registry, &group),
+        target::Target::GroupVersion { group, version } => discovery::resource_list(&registry, &group, &version),
+        target::Target::Resource(path) => {
+            let Some(served) = registry.resolve(&path.group, &path.version, &path.plural) else {
+                return ApiError::NoSuchResource.into_response();
+            };
+            drop(registry);
+            let verb = verb(&method, &path, &query);
+            let resource = path.plural.clone();
+            let request = handlers::Request { served, path, query, headers };
+            let response = handlers::handle(state.clone(), method, request, body).await.unwrap_or_else(IntoResponse::into_response);
+            state
+                .metrics
+                .requests
+                .get_or_create(&metrics::RequestLabels {
+                    verb: verb.to_owned(),
+                    resource,
+                    code: response.status().as_u16(),
+                })
+                .inc();
+            if verb != "watch" {
+                state
+                    .metrics
+                    .latency
+                    .get_or_create(&metrics::VerbLabels { verb: verb.to_owned() })
+                    .observe(started.elapsed().as_secs_f64());
+            }
+            return response;
+        }
+    };
+    match found {
+        Some(doc) => axum::Json(doc).into_response(),
+        None => ApiError::NoSuchResource.into_response(),
+    }
+}
+
+pub mod serve;

@@ -1,0 +1,319 @@
+//! The served resources: capstan's built-in kinds plus every CustomResourceDefinition stored in the
+//! API. Built-in kinds are described by synthesised CRDs (so `capstan crds` can print them and so one
+//! code path serves both); a stored CRD for the same group and plural replaces the built-in one, which
+//! is how users install the full upstream schemas.
+
+use capstan_model::kinds::{KINDS, KindInfo};
+use capstan_model::resource::Scope;
+use capstan_schema::{CrdInfo, CrdVersion};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// A resolved request target: the kind's definition and the requested version.
+#[derive(Clone)]
+pub struct Served {
+    pub crd: Arc<CrdInfo>,
+    pub version: String,
+}
+
+impl Served {
+    /// The requested version's definition.
+    pub fn version(&self) -> Option<&CrdVersion> {
+        self.crd.version(&self.version)
+    }
+
+    /// The storage key prefix: `group/plural`.
+    pub fn storage_resource(&self) -> String {
+        format!("{}/{}", self.crd.group, self.crd.plural)
+    }
+
+    /// `group/version`, or the version alone for the core group.
+    pub fn api_version(&self) -> String {
+        api_version(&self.crd.group, &self.version)
+    }
+
+    /// The version objects are stored in.
+    pub fn storage_version(&self) -> String {
+        self.crd
+            .storage_version()
+            .map_or_else(|| self.version.clone(), |v| v.name.clone())
+    }
+
+    /// Whether objects live in namespaces.
+    pub fn namespaced(&self) -> bool {
+        self.crd.scope == capstan_schema::Scope::Namespaced
+    }
+
+    /// Whether `status` is a subresource.
+    pub fn has_status(&self) -> bool {
+        self.version().is_some_and(|v| v.subresources.status)
+    }
+}
+
+/// `group/version`, or the version alone for the core group.
+pub fn api_version(group: &str, version: &str) -> String {
+    if group.is_empty() { version.to_owned() } else { format!("{group}/{version}") }
+}
+
+/// All served kinds, by (group, plural).
+#[derive(Clone, Default)]
+pub struct Registry {
+    kinds: BTreeMap<(String, String), Arc<CrdInfo>>,
+}
+
+/// Why a CRD cannot be served.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    #[error("invalid CustomResourceDefinition")]
+    Invalid(#[from] capstan_schema::CrdError),
+}
+
+impl Registry {
+    /// The built-in kinds.
+    pub fn builtin() -> Result<Self, RegistryError> {
+        let mut registry = Self::default();
+        for crd in builtin_crds() {
+            registry.insert(CrdInfo::from_value(&crd)?);
+        }
+        Ok(registry)
+    }
+
+    /// Serves (or replaces) a kind.
+    pub fn insert(&mut self, crd: CrdInfo) {
+        self.kinds.insert((crd.group.clone(), crd.plural.clone()), Arc::new(crd));
+    }
+
+    /// Stops serving a kind defined by a stored CRD, restoring the built-in definition if there is one.
+    pub fn remove(&mut self, group: &str, plural: &str) {
+        self.kinds.remove(&(group.to_owned(), plural.to_owned()));
+        if let Some(builtin) = builtin_crds()
+            .into_iter()
+            .filter_map(|v| CrdInfo::from_value(&v).ok())
+            .find(|c| c.group == group && c.plural == plural)
+        {
+            self.insert(builtin);
+        }
+    }
+
+    /// Resolves `group`, `version` and `plural` to a served kind.
+    pub fn resolve(&self, group: &str, version: &str, plural: &str) -> Option<Served> {
+        let crd = self.kinds.get(&(group.to_owned(), plural.to_owned()))?;
+        crd.version(version).filter(|v| v.served)?;
+        Some(Served {
+            crd: crd.clone(),
+            version: version.to_owned(),
+        })
+    }
+
+    /// Resolves by kind (for `capstan get KIND`, short names and singular names too).
+    pub fn resolve_name(&self, name: &str) -> Option<Served> {
+        let lower = name.to_ascii_lowercase();
+        let (short, group) = lower.split_once('.').map_or((lower.as_str(), None), |(s, g)| (s, Some(g)));
+        let crd = self.kinds.values().find(|c| {
+            group.is_none_or(|g| c.group == g)
+                && (c.plural == short
+                    || c.singular == short
+                    || c.kind.to_ascii_lowercase() == short
+                    || c.short_names.iter().any(|s| s == short))
+        })?;
+        let version = crd.storage_version().or_else(|| crd.served_versions().next())?.name.clone();
+        Some(Served {
+            crd: crd.clone(),
+            version,
+        })
+    }
+
+    /// Every served kind.
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<CrdInfo>> {
+        self.kinds.values()
+    }
+
+    /// Served groups with their versions (preferred = storage version first), sorted with the core
+    /// group excluded.
+    pub fn groups(&self) -> BTreeMap<String, Vec<String>> {
+        let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for crd in self.kinds.values().filter(|c| !c.group.is_empty()) {
+            let entry = groups.entry(crd.group.clone()).or_default();
+            let storage = crd.storage_version().map(|v| v.name.clone());
+            for v in crd.served_versions() {
+                if !entry.contains(&v.name) {
+                    if Some(&v.name) == storage.as_ref() {
+                        entry.insert(0, v.name.clone());
+                    } else {
+                        entry.push(v.name.clone());
+                    }
+                }
+            }
+        }
+        groups
+    }
+}
+
+/// Printer columns for the built-in kinds, so `kubectl get` shows state at a glance.
+fn printer_columns(kind: &str) -> Vec<Value> {
+    let col = |name: &str, type_: &str, path: &str, priority: i32| {
+        json!({"name": name, "type": type_, "jsonPath": path, "priority": priority})
+    };
+    let cluster = col("Cluster", "string", ".metadata.labels['cluster\\.x-k8s\\.io/cluster-name']", 0);
+    let cluster_from_spec = col("Cluster", "string", ".spec.clusterName", 0);
+    let age = col("Age", "date", ".metadata.creationTimestamp", 0);
+    match kind {
+        "Cluster" => vec![col("Phase", "string", ".status.phase", 0), col("Paused", "boolean", ".spec.paused", 1), age],
+        "Machine" => vec![
+            cluster_from_spec,
+            col("NodeName", "string", ".status.nodeRef.name", 0),
+            col("ProviderID", "string", ".spec.providerID", 0),
+            col("Phase", "string", ".status.phase", 0),
+            age,
+            col("Version", "string", ".spec.version", 0),
+        ],
+        "MachineSet" | "MachineDeployment" => vec![
+            cluster_from_spec,
+            col("Replicas", "integer", ".status.replicas", 0),
+            col("Ready", "integer", ".status.readyReplicas", 0),
+            col("Phase", "string", ".status.phase", 0),
+            age,
+            col("Version", "string", ".spec.template.spec.version", 0),
+        ],
+        "KubeadmControlPlane" => vec![
+            cluster,
+            col("Initialized", "boolean", ".status.initialized", 0),
+            col("Replicas", "integer", ".status.replicas", 0),
+            col("Ready", "integer", ".status.readyReplicas", 0),
+            age,
+            col("Version", "string", ".spec.version", 0),
+        ],
+        "BareMetalHost" => vec![
+            col("State", "string", ".status.provisioning.state", 0),
+            col("Consumer", "string", ".spec.consumerRef.name", 0),
+            col("Online", "boolean", ".spec.online", 0),
+            col("Error", "string", ".status.errorType", 0),
+            age,
+            col("BMC", "string", ".spec.bmc.address", 1),
+            col("Hardware", "string", ".status.hardwareProfile", 1),
+        ],
+        "Metal3Machine" => vec![cluster, col("Provider ID", "string", ".spec.providerID", 0), col("Ready", "boolean", ".status.ready", 0), age],
+        "Metal3Cluster" => vec![cluster, col("Ready", "boolean", ".status.ready", 0), col("Endpoint", "string", ".spec.controlPlaneEndpoint.host", 0), age],
+        "IPPool" => vec![col("Cluster", "string", ".spec.clusterName", 0), col("Prefix", "string", ".spec.namePrefix", 0), age],
+        "IPClaim" => vec![col("Pool", "string", ".spec.pool.name", 0), col("Address", "string", ".status.address.name", 0), col("Error", "string", ".status.errorMessage", 0), age],
+        "IPAddress" => vec![col("Address", "string", ".spec.address", 0), col("Pool", "string", ".spec.pool.name", 0), col("Claim", "string", ".spec.claim.name", 0), age],
+        "ClusterResourceSet" => vec![col("Strategy", "string", ".spec.strategy", 0), age],
+        "Secret" => vec![col("Type", "string", ".type", 0), age],
+        "Event" => vec![col("Type", "string", ".type", 0), col("Reason", "string", ".reason", 0), col("Object", "string", ".involvedObject.name", 0), col("Message", "string", ".message", 0), age],
+        "Namespace" => vec![col("Status", "string", ".status.phase", 0), age],
+        "Lease" => vec![col("Holder", "string", ".spec.holderIdentity", 0), age],
+        _ => vec![age],
+    }
+}
+
+/// Kinds whose objects have a `status` subresource.
+fn has_status_subresource(info: &KindInfo) -> bool {
+    !matches!(info.kind, "Secret" | "ConfigMap" | "Event" | "ClusterResourceSetBinding")
+        && !info.kind.ends_with("Template")
+        && !matches!(info.group, "cilium.io")
+}
+
+fn synthesised_crd(info: &KindInfo) -> Value {
+    let scope = match info.scope {
+        Scope::Namespaced => "Namespaced",
+        Scope::Cluster => "Cluster",
+    };
+    let status = has_status_subresource(info);
+    let versions: Vec<Value> = info
+        .versions
+        .iter()
+        .map(|v| {
+            let mut version = json!({
+                "name": v,
+                "served": true,
+                "storage": *v == info.storage_version,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+                "additionalPrinterColumns": printer_columns(info.kind),
+            });
+            if status && let Some(obj) = version.as_object_mut() {
+                obj.insert("subresources".into(), json!({"status": {}}));
+            }
+            version
+        })
+        .collect();
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": if info.group.is_empty() { info.plural.to_owned() } else { format!("{}.{}", info.plural, info.group) }},
+        "spec": {
+            "group": info.group,
+            "scope": scope,
+            "names": {
+                "kind": info.kind,
+                "listKind": format!("{}List", info.kind),
+                "plural": info.plural,
+                "singular": info.singular,
+                "shortNames": info.short_names,
+                "categories": info.categories,
+            },
+            "versions": versions,
+        }
+    })
+}
+
+/// Kinds every Kubernetes API has that capstan's clients use: CRDs themselves, Leases for leader
+/// election, and `events.k8s.io` Events as kube-runtime's recorder writes them.
+const PLATFORM_KINDS: &[KindInfo] = &[
+    KindInfo {
+        group: "apiextensions.k8s.io",
+        kind: "CustomResourceDefinition",
+        plural: "customresourcedefinitions",
+        singular: "customresourcedefinition",
+        short_names: &["crd", "crds"],
+        scope: Scope::Cluster,
+        versions: &["v1"],
+        storage_version: "v1",
+        categories: &["api-extensions"],
+    },
+    KindInfo {
+        group: "coordination.k8s.io",
+        kind: "Lease",
+        plural: "leases",
+        singular: "lease",
+        short_names: &[],
+        scope: Scope::Namespaced,
+        versions: &["v1"],
+        storage_version: "v1",
+        categories: &[],
+    },
+    KindInfo {
+        group: "events.k8s.io",
+        kind: "Event",
+        plural: "events",
+        singular: "event",
+        short_names: &["ev"],
+        scope: Scope::Namespaced,
+        versions: &["v1"],
+        storage_version: "v1",
+        categories: &[],
+    },
+];
+
+/// The synthesised CRDs of every built-in kind (what `capstan crds` prints for the platform kinds).
+pub fn builtin_crds() -> Vec<Value> {
+    KINDS.iter().chain(PLATFORM_KINDS).map(synthesised_crd).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtins_resolve_by_path_and_name() {
+        let r = Registry::builtin().unwrap();
+        let c = r.resolve("cluster.x-k8s.io", "v1beta1", "clusters").unwrap();
+        assert_eq!(c.storage_version(), "v1beta2");
+        assert!(c.has_status() && c.namespaced());
+        assert!(r.resolve("cluster.x-k8s.io", "v1alpha3", "clusters").is_none());
+        assert_eq!(r.resolve_name("bmh").unwrap().crd.kind, "BareMetalHost");
+        assert_eq!(r.resolve_name("secrets").unwrap().crd.group, "");
+        assert!(!r.resolve("", "v1", "secrets").unwrap().has_status());
+        assert_eq!(r.groups()["cluster.x-k8s.io"], vec!["v1beta2".to_owned(), "v1beta1".to_owned()]);
+    }
+}

@@ -1,0 +1,151 @@
+//! API errors and their wire form: the Kubernetes `Status` object, with the HTTP code, `reason` and
+//! `details.causes` that kubectl and kube-rs read.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+/// One field-level cause of an `Invalid` error.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cause {
+    /// `FieldValueInvalid`, `FieldValueRequired`, `FieldValueNotSupported`, `FieldValueDuplicate`, ...
+    pub reason: String,
+    pub message: String,
+    /// Dotted field path (`spec.replicas`).
+    pub field: String,
+}
+
+/// Everything a request can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{resource} \"{name}\" not found")]
+    NotFound { group: String, resource: String, name: String },
+    #[error("the server could not find the requested resource")]
+    NoSuchResource,
+    #[error("{resource} \"{name}\" already exists")]
+    AlreadyExists { group: String, resource: String, name: String },
+    #[error("Operation cannot be fulfilled on {resource} \"{name}\": {message}")]
+    Conflict { group: String, resource: String, name: String, message: String },
+    #[error("{kind} \"{name}\" is invalid: {summary}")]
+    Invalid { group: String, kind: String, name: String, summary: String, causes: Vec<Cause> },
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("too old resource version: {0}")]
+    Gone(String),
+    #[error("the server does not allow this method on the requested resource")]
+    MethodNotAllowed,
+    #[error("Unauthorized")]
+    Unauthorized,
+    #[error("the body of the request was in an unknown format - accepted media types include: {0}")]
+    UnsupportedMediaType(String),
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    /// The HTTP status code.
+    pub fn code(&self) -> StatusCode {
+        match self {
+            Self::NotFound { .. } | Self::NoSuchResource => StatusCode::NOT_FOUND,
+            Self::AlreadyExists { .. } | Self::Conflict { .. } => StatusCode::CONFLICT,
+            Self::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Self::Gone(_) => StatusCode::GONE,
+            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The machine-readable `reason`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::NotFound { .. } | Self::NoSuchResource => "NotFound",
+            Self::AlreadyExists { .. } => "AlreadyExists",
+            Self::Conflict { .. } => "Conflict",
+            Self::Invalid { .. } => "Invalid",
+            Self::BadRequest(_) => "BadRequest",
+            Self::Gone(_) => "Expired",
+            Self::MethodNotAllowed => "MethodNotAllowed",
+            Self::Unauthorized => "Unauthorized",
+            Self::UnsupportedMediaType(_) => "UnsupportedMediaType",
+            Self::Internal(_) => "InternalError",
+        }
+    }
+
+    /// The `Status` object.
+    pub fn to_status(&self) -> serde_json::Value {
+        let mut status = json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.to_string(),
+            "reason": self.reason(),
+            "code": self.code().as_u16(),
+        });
+        let details = match self {
+            Self::NotFound { group, resource, name }
+            | Self::AlreadyExists { group, resource, name }
+            | Self::Conflict { group, resource, name, .. } => Some(json!({"name": name, "group": group, "kind": resource})),
+            Self::Invalid { group, kind, name, causes, .. } => Some(json!({
+                "name": name, "group": group, "kind": kind,
+                "causes": causes.iter().map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field})).collect::<Vec<_>>(),
+            })),
+            _ => None,
+        };
+        if let (Some(details), Some(obj)) = (details, status.as_object_mut()) {
+            obj.insert("details".into(), details);
+        }
+        status
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if matches!(self, Self::Internal(_)) {
+            tracing::error!(error = %self, "internal error");
+        }
+        (self.code(), axum::Json(self.to_status())).into_response()
+    }
+}
+
+impl From<capstan_store::StoreError> for ApiError {
+    fn from(err: capstan_store::StoreError) -> Self {
+        use capstan_store::StoreError as E;
+        match err {
+            E::AlreadyExists(key) => Self::AlreadyExists {
+                group: group_of_resource(&key.resource),
+                resource: plural_of_resource(&key.resource),
+                name: key.name,
+            },
+            E::NotFound(key) => Self::NotFound {
+                group: group_of_resource(&key.resource),
+                resource: plural_of_resource(&key.resource),
+                name: key.name,
+            },
+            E::Conflict { key, .. } => Self::Conflict {
+                group: group_of_resource(&key.resource),
+                resource: plural_of_resource(&key.resource),
+                name: key.name,
+                message: "the object has been modified; please apply your changes to the latest version and try again".into(),
+            },
+            E::Gone { requested, .. } => Self::Gone(requested.to_string()),
+            other => Self::Internal(other.to_string()),
+        }
+    }
+}
+
+fn group_of_resource(resource: &str) -> String {
+    resource.split_once('/').map(|(g, _)| g.to_owned()).unwrap_or_default()
+}
+
+fn plural_of_resource(resource: &str) -> String {
+    resource.split_once('/').map_or(resource, |(_, p)| p).to_owned()
+}
+
+/// A successful `Status` (deletions of objects without finalizers answer with this on collections).
+pub fn success_status() -> serde_json::Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"})
+}
