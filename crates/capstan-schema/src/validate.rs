@@ -5,7 +5,10 @@
 //! reports them), list uniqueness for `x-kubernetes-list-type: set|map`, and `allOf`/`anyOf`/
 //! `oneOf`/`not` as value validations (their branches never make a field known). `metadata` at
 //! the root (and in embedded resources) is only checked to be an object, as Kubernetes validates
-//! ObjectMeta separately.
+//! ObjectMeta separately; embedded resources must have string `apiVersion` and `kind`.
+//!
+//! Stricter than the API server in one respect: `format: int32`/`int64` ranges are enforced,
+//! because Go controllers cannot decode values outside them.
 //!
 //! CEL rules (`x-kubernetes-validations`) are not evaluated. [`validate_report`] lists every rule
 //! that applied to the value, and every `pattern` that could not be compiled, so that callers can
@@ -199,6 +202,10 @@ impl Validator {
     }
 
     fn check(&mut self, schema: &Schema, value: &Value, path: &FieldPath, mode: Mode, root: bool) {
+        if !self.check_type(schema, value, path) || value.is_null() {
+            return;
+        }
+        // The API server evaluates rules only on values of the right type, so only those count.
         if mode == Mode::Structural {
             self.report
                 .unevaluated_rules
@@ -207,12 +214,6 @@ impl Validator {
                     rule: rule.rule.clone(),
                     message: rule.message.clone(),
                 }));
-        }
-        if !self.check_type(schema, value, path) {
-            return;
-        }
-        if value.is_null() {
-            return;
         }
         if let Some(allowed) = &schema.enum_values
             && !allowed.iter().any(|a| json_equal(a, value))
