@@ -11,15 +11,30 @@ use serde_json::{Map, Value, json};
 /// Converts objects between versions of their kind.
 pub trait Converter: Send + Sync {
     /// Converts `object` (of `group`/`kind`, in whatever version its `apiVersion` says) to `to_version`.
-    fn convert(&self, group: &str, kind: &str, object: Value, to_version: &str) -> Result<Value, String>;
+    fn convert(
+        &self,
+        group: &str,
+        kind: &str,
+        object: Value,
+        to_version: &str,
+    ) -> Result<Value, String>;
 }
 
 /// Rewrites `apiVersion` only.
 pub struct ApiVersionRewrite;
 
 impl Converter for ApiVersionRewrite {
-    fn convert(&self, group: &str, _kind: &str, mut object: Value, to_version: &str) -> Result<Value, String> {
-        set_api_version(&mut object, &crate::registry::api_version(group, to_version));
+    fn convert(
+        &self,
+        group: &str,
+        _kind: &str,
+        mut object: Value,
+        to_version: &str,
+    ) -> Result<Value, String> {
+        set_api_version(
+            &mut object,
+            &crate::registry::api_version(group, to_version),
+        );
         Ok(object)
     }
 }
@@ -40,7 +55,9 @@ fn take(map: &mut Map<String, Value>, key: &str) -> Option<Value> {
 
 /// `events.k8s.io/v1` → core `v1` Event.
 pub fn event_to_core(object: Value) -> Value {
-    let Value::Object(mut map) = object else { return object };
+    let Value::Object(mut map) = object else {
+        return object;
+    };
     let mut out = Map::new();
     out.insert("apiVersion".into(), json!("v1"));
     out.insert("kind".into(), json!("Event"));
@@ -72,9 +89,16 @@ pub fn event_to_core(object: Value) -> Value {
     if !out.contains_key("lastTimestamp")
         && let Some(t) = out.get("eventTime").and_then(Value::as_str)
     {
-        let second_precision = t.split('.').next().unwrap_or(t).trim_end_matches('Z').to_owned() + "Z";
+        let second_precision = t
+            .split('.')
+            .next()
+            .unwrap_or(t)
+            .trim_end_matches('Z')
+            .to_owned()
+            + "Z";
         out.insert("lastTimestamp".into(), json!(second_precision));
-        out.entry("firstTimestamp").or_insert_with(|| json!(second_precision));
+        out.entry("firstTimestamp")
+            .or_insert_with(|| json!(second_precision));
     }
     out.entry("count").or_insert_with(|| json!(1));
     Value::Object(out)
@@ -82,7 +106,9 @@ pub fn event_to_core(object: Value) -> Value {
 
 /// Core `v1` → `events.k8s.io/v1` Event.
 pub fn event_from_core(object: Value) -> Value {
-    let Value::Object(mut map) = object else { return object };
+    let Value::Object(mut map) = object else {
+        return object;
+    };
     let mut out = Map::new();
     out.insert("apiVersion".into(), json!("events.k8s.io/v1"));
     out.insert("kind".into(), json!("Event"));

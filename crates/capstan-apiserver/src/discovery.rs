@@ -37,7 +37,11 @@ fn group_entry(group: &str, versions: &[String]) -> Value {
 
 /// `/apis`.
 pub fn group_list(registry: &Registry) -> Value {
-    let groups: Vec<Value> = registry.groups().iter().map(|(g, vs)| group_entry(g, vs)).collect();
+    let groups: Vec<Value> = registry
+        .groups()
+        .iter()
+        .map(|(g, vs)| group_entry(g, vs))
+        .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
@@ -57,7 +61,9 @@ pub fn group(registry: &Registry, group: &str) -> Option<Value> {
 pub fn resource_list(registry: &Registry, group: &str, version: &str) -> Option<Value> {
     let mut resources = Vec::new();
     for crd in registry.iter().filter(|c| c.group == group) {
-        let Some(v) = crd.version(version).filter(|v| v.served) else { continue };
+        let Some(v) = crd.version(version).filter(|v| v.served) else {
+            continue;
+        };
         let namespaced = crd.scope == capstan_schema::Scope::Namespaced;
         resources.push(json!({
             "name": crd.plural,
@@ -81,5 +87,7 @@ pub fn resource_list(registry: &Registry, group: &str, version: &str) -> Option<
     if resources.is_empty() {
         return None;
     }
-    Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": api_version(group, version), "resources": resources}))
+    Some(
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": api_version(group, version), "resources": resources}),
+    )
 }

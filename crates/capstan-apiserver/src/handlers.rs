@@ -50,7 +50,11 @@ impl Request {
     }
 
     fn key(&self, name: &str) -> ObjectKey {
-        ObjectKey::new(self.storage_resource(), self.path.namespace.clone().unwrap_or_default(), name)
+        ObjectKey::new(
+            self.storage_resource(),
+            self.path.namespace.clone().unwrap_or_default(),
+            name,
+        )
     }
 
     fn not_found(&self, name: &str) -> ApiError {
@@ -75,23 +79,43 @@ impl Request {
     /// Converts a stored object to the requested version.
     fn to_requested(&self, state: &ApiState, stored: Value) -> Result<Value, ApiError> {
         if self.kind() == "Event" {
-            return Ok(if self.group() == "events.k8s.io" { conversion::event_from_core(stored) } else { stored });
+            return Ok(if self.group() == "events.k8s.io" {
+                conversion::event_from_core(stored)
+            } else {
+                stored
+            });
         }
         state
             .converter
             .convert(self.group(), self.kind(), stored, &self.served.version)
-            .map_err(|e| ApiError::Internal(format!("conversion to {} failed: {e}", self.served.api_version())))
+            .map_err(|e| {
+                ApiError::Internal(format!(
+                    "conversion to {} failed: {e}",
+                    self.served.api_version()
+                ))
+            })
     }
 
     /// Converts a requested-version object to the storage version.
     fn to_storage(&self, state: &ApiState, object: Value) -> Result<Value, ApiError> {
         if self.kind() == "Event" {
-            return Ok(if self.group() == "events.k8s.io" { conversion::event_to_core(object) } else { object });
+            return Ok(if self.group() == "events.k8s.io" {
+                conversion::event_to_core(object)
+            } else {
+                object
+            });
         }
         state
             .converter
-            .convert(self.group(), self.kind(), object, &self.served.storage_version())
-            .map_err(|e| ApiError::BadRequest(format!("cannot convert to the storage version: {e}")))
+            .convert(
+                self.group(),
+                self.kind(),
+                object,
+                &self.served.storage_version(),
+            )
+            .map_err(|e| {
+                ApiError::BadRequest(format!("cannot convert to the storage version: {e}"))
+            })
     }
 }
 
@@ -112,23 +136,35 @@ fn json_response(code: StatusCode, value: &Value, warnings: &[String]) -> Respon
 
 /// Parses a request body: JSON, or YAML for `application/yaml` and server-side apply.
 fn parse_body(headers: &HeaderMap, body: &Bytes) -> Result<Value, ApiError> {
-    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json");
-    let text = std::str::from_utf8(body).map_err(|_| ApiError::BadRequest("the request body is not UTF-8".into()))?;
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json");
+    let text = std::str::from_utf8(body)
+        .map_err(|_| ApiError::BadRequest("the request body is not UTF-8".into()))?;
     if content_type.contains("yaml") {
-        let mut docs = capstan_manifest::parse_documents("request body", text)
-            .map_err(|e| ApiError::BadRequest(format!("the request body is not valid YAML: {e}")))?;
+        let mut docs = capstan_manifest::parse_documents("request body", text).map_err(|e| {
+            ApiError::BadRequest(format!("the request body is not valid YAML: {e}"))
+        })?;
         if docs.len() != 1 {
-            return Err(ApiError::BadRequest("the request body must hold exactly one object".into()));
+            return Err(ApiError::BadRequest(
+                "the request body must hold exactly one object".into(),
+            ));
         }
         return Ok(docs.remove(0).value);
     }
-    serde_json::from_str(text).map_err(|e| ApiError::BadRequest(format!("the request body is not valid JSON: {e}")))
+    serde_json::from_str(text)
+        .map_err(|e| ApiError::BadRequest(format!("the request body is not valid JSON: {e}")))
 }
 
 /// Checks `apiVersion`/`kind` against the URL, applies schema defaults, enforces `fieldValidation`
 /// (Strict: unknown fields are an error; Warn, the default: a warning; Ignore: silently dropped), and
 /// validates against the schema of the requested version.
-fn admit(request: &Request, object: &mut Value, warnings: &mut Vec<String>) -> Result<(), ApiError> {
+fn admit(
+    request: &Request,
+    object: &mut Value,
+    warnings: &mut Vec<String>,
+) -> Result<(), ApiError> {
     let expected = request.served.api_version();
     let obj = object
         .as_object_mut()
@@ -156,14 +192,24 @@ fn admit(request: &Request, object: &mut Value, warnings: &mut Vec<String>) -> R
             obj.insert("kind".into(), Value::String(request.kind().to_owned()));
         }
     }
-    let Some(schema) = request.served.version().and_then(|v| v.schema.as_ref()) else { return Ok(()) };
+    let Some(schema) = request.served.version().and_then(|v| v.schema.as_ref()) else {
+        return Ok(());
+    };
     capstan_schema::apply_defaults(schema, object);
     let mut pruned = object.clone();
     let unknown = capstan_schema::prune(schema, &mut pruned);
     if !unknown.is_empty() {
-        let names: Vec<String> = unknown.iter().map(|p| format!("unknown field \"{p}\"")).collect();
+        let names: Vec<String> = unknown
+            .iter()
+            .map(|p| format!("unknown field \"{p}\""))
+            .collect();
         match request.query.get("fieldValidation").map(String::as_str) {
-            Some("Strict") => return Err(ApiError::BadRequest(format!("strict decoding error: {}", names.join(", ")))),
+            Some("Strict") => {
+                return Err(ApiError::BadRequest(format!(
+                    "strict decoding error: {}",
+                    names.join(", ")
+                )));
+            }
             Some("Ignore") => {}
             _ => warnings.extend(names),
         }
@@ -184,14 +230,26 @@ fn admit(request: &Request, object: &mut Value, warnings: &mut Vec<String>) -> R
     Err(ApiError::Invalid {
         group: request.group().to_owned(),
         kind: request.kind().to_owned(),
-        name: object["metadata"]["name"].as_str().unwrap_or_default().to_owned(),
-        summary: causes.iter().map(|c| format!("{}: {}", c.field, c.message)).collect::<Vec<_>>().join(", "),
+        name: object["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+        summary: causes
+            .iter()
+            .map(|c| format!("{}: {}", c.field, c.message))
+            .collect::<Vec<_>>()
+            .join(", "),
         causes,
     })
 }
 
 /// Dispatches a resource request by method and path shape.
-pub(crate) async fn handle(state: Arc<ApiState>, method: Method, request: Request, body: Bytes) -> Result<Response, ApiError> {
+pub(crate) async fn handle(
+    state: Arc<ApiState>,
+    method: Method,
+    request: Request,
+    body: Bytes,
+) -> Result<Response, ApiError> {
     let has_name = request.path.name.is_some();
     let subresource = request.path.subresource.clone();
     if let Some(sub) = subresource.as_deref()
@@ -199,13 +257,20 @@ pub(crate) async fn handle(state: Arc<ApiState>, method: Method, request: Reques
     {
         return Err(ApiError::NoSuchResource);
     }
-    if request.served.namespaced() && request.path.namespace.is_none() && (has_name || method == Method::POST) {
+    if request.served.namespaced()
+        && request.path.namespace.is_none()
+        && (has_name || method == Method::POST)
+    {
         return Err(ApiError::NoSuchResource);
     }
     if !request.served.namespaced() && request.path.namespace.is_some() {
         return Err(ApiError::NoSuchResource);
     }
-    let watch = request.path.watch_prefix || request.query.get("watch").is_some_and(|v| v == "true" || v == "1");
+    let watch = request.path.watch_prefix
+        || request
+            .query
+            .get("watch")
+            .is_some_and(|v| v == "true" || v == "1");
     match (method, has_name) {
         (Method::GET, true) if watch => watch_collection(state, request).await,
         (Method::GET, true) => get(state, request).await,
@@ -222,23 +287,43 @@ pub(crate) async fn handle(state: Arc<ApiState>, method: Method, request: Reques
 
 async fn get(state: Arc<ApiState>, request: Request) -> Result<Response, ApiError> {
     let name = request.path.name.clone().unwrap_or_default();
-    let stored = state.store.get(request.key(&name)).await?.ok_or_else(|| request.not_found(&name))?;
+    let stored = state
+        .store
+        .get(request.key(&name))
+        .await?
+        .ok_or_else(|| request.not_found(&name))?;
     let object = request.to_requested(&state, stored_value(&stored)?)?;
     if request.wants_table() {
-        let columns = request.served.version().map(|v| v.additional_printer_columns.clone()).unwrap_or_default();
-        return Ok(json_response(StatusCode::OK, &table::table(&[object], &columns, &stored.resource_version.to_string(), None), &[]));
+        let columns = request
+            .served
+            .version()
+            .map(|v| v.additional_printer_columns.clone())
+            .unwrap_or_default();
+        return Ok(json_response(
+            StatusCode::OK,
+            &table::table(
+                &[object],
+                &columns,
+                &stored.resource_version.to_string(),
+                None,
+            ),
+            &[],
+        ));
     }
     Ok(json_response(StatusCode::OK, &object, &[]))
 }
 
 /// The `continue` token: the resourceVersion of the first page and the last key returned.
 fn encode_continue(rv: u64, after: &(String, String)) -> String {
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json!({"rv": rv, "ns": after.0, "name": after.1}).to_string())
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .encode(json!({"rv": rv, "ns": after.0, "name": after.1}).to_string())
 }
 
 fn decode_continue(token: &str) -> Result<(u64, (String, String)), ApiError> {
     let bad = || ApiError::BadRequest(format!("continue key is not valid: {token:?}"));
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(token).map_err(|_| bad())?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(token)
+        .map_err(|_| bad())?;
     let value: Value = serde_json::from_slice(&bytes).map_err(|_| bad())?;
     Ok((
         value["rv"].as_u64().ok_or_else(bad)?,
@@ -250,16 +335,30 @@ fn decode_continue(token: &str) -> Result<(u64, (String, String)), ApiError> {
 }
 
 fn selectors(request: &Request) -> Result<(LabelSelector, FieldSelector), ApiError> {
-    let labels = LabelSelector::parse(request.query.get("labelSelector").map_or("", String::as_str))
-        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
-    let fields = FieldSelector::parse(request.query.get("fieldSelector").map_or("", String::as_str))
-        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let labels = LabelSelector::parse(
+        request
+            .query
+            .get("labelSelector")
+            .map_or("", String::as_str),
+    )
+    .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let fields = FieldSelector::parse(
+        request
+            .query
+            .get("fieldSelector")
+            .map_or("", String::as_str),
+    )
+    .map_err(|e| ApiError::BadRequest(e.to_string()))?;
     Ok((labels, fields))
 }
 
 async fn list(state: Arc<ApiState>, request: Request) -> Result<Response, ApiError> {
     let (labels, fields) = selectors(&request)?;
-    let limit = request.query.get("limit").and_then(|l| l.parse::<usize>().ok()).filter(|l| *l > 0);
+    let limit = request
+        .query
+        .get("limit")
+        .and_then(|l| l.parse::<usize>().ok())
+        .filter(|l| *l > 0);
     let (first_rv, after) = match request.query.get("continue").filter(|c| !c.is_empty()) {
         Some(token) => {
             let (rv, after) = decode_continue(token)?;
@@ -269,22 +368,38 @@ async fn list(state: Arc<ApiState>, request: Request) -> Result<Response, ApiErr
     };
     let page = state
         .store
-        .list(request.storage_resource(), request.path.namespace.clone(), after, limit, move |v| {
-            labels.matches(&labels_of(v)) && fields.matches(v)
-        })
+        .list(
+            request.storage_resource(),
+            request.path.namespace.clone(),
+            after,
+            limit,
+            move |v| labels.matches(&labels_of(v)) && fields.matches(v),
+        )
         .await?;
     let list_rv = first_rv.unwrap_or(page.resource_version);
-    let continue_token = page.continue_after.as_ref().map(|after| encode_continue(list_rv, after));
+    let continue_token = page
+        .continue_after
+        .as_ref()
+        .map(|after| encode_continue(list_rv, after));
     let items = page
         .items
         .iter()
         .map(|o| stored_value(o).and_then(|v| request.to_requested(&state, v)))
         .collect::<Result<Vec<_>, _>>()?;
     if request.wants_table() {
-        let columns = request.served.version().map(|v| v.additional_printer_columns.clone()).unwrap_or_default();
+        let columns = request
+            .served
+            .version()
+            .map(|v| v.additional_printer_columns.clone())
+            .unwrap_or_default();
         return Ok(json_response(
             StatusCode::OK,
-            &table::table(&items, &columns, &list_rv.to_string(), continue_token.as_deref()),
+            &table::table(
+                &items,
+                &columns,
+                &list_rv.to_string(),
+                continue_token.as_deref(),
+            ),
             &[],
         ));
     }
@@ -310,7 +425,10 @@ fn watch_line(event_type: &str, object: &Value) -> Bytes {
 async fn watch_collection(state: Arc<ApiState>, request: Request) -> Result<Response, ApiError> {
     let (labels, fields) = selectors(&request)?;
     let name_filter = request.path.name.clone();
-    let bookmarks = request.query.get("allowWatchBookmarks").is_some_and(|v| v == "true");
+    let bookmarks = request
+        .query
+        .get("allowWatchBookmarks")
+        .is_some_and(|v| v == "true");
     let timeout = request
         .query
         .get("timeoutSeconds")
@@ -324,12 +442,18 @@ async fn watch_collection(state: Arc<ApiState>, request: Request) -> Result<Resp
     let matches = move |v: &Value| {
         labels.matches(&labels_of(v))
             && fields.matches(v)
-            && name_filter.as_ref().is_none_or(|n| v["metadata"]["name"].as_str() == Some(n))
+            && name_filter
+                .as_ref()
+                .is_none_or(|n| v["metadata"]["name"].as_str() == Some(n))
     };
     // `kubectl get -w` asks for Tables: every event then carries a one-row Table.
-    let table_columns = request
-        .wants_table()
-        .then(|| request.served.version().map(|v| v.additional_printer_columns.clone()).unwrap_or_default());
+    let table_columns = request.wants_table().then(|| {
+        request
+            .served
+            .version()
+            .map(|v| v.additional_printer_columns.clone())
+            .unwrap_or_default()
+    });
     // Without a resourceVersion, a watch starts with the current state as ADDED events.
     let (initial, from) = match requested_rv {
         Some(rv) => (Vec::new(), rv),
@@ -337,20 +461,30 @@ async fn watch_collection(state: Arc<ApiState>, request: Request) -> Result<Resp
             let filter = matches.clone();
             let page = state
                 .store
-                .list(request.storage_resource(), request.path.namespace.clone(), None, None, move |v| filter(v))
+                .list(
+                    request.storage_resource(),
+                    request.path.namespace.clone(),
+                    None,
+                    None,
+                    move |v| filter(v),
+                )
                 .await?;
             let mut lines = Vec::with_capacity(page.items.len());
             for item in &page.items {
                 let object = request.to_requested(&state, stored_value(item)?)?;
                 lines.push(match &table_columns {
-                    Some(columns) => watch_line("ADDED", &table::table(&[object], columns, &item.resource_version.to_string(), None)),
+                    Some(columns) => watch_line(
+                        "ADDED",
+                        &table::table(&[object], columns, &item.resource_version.to_string(), None),
+                    ),
                     None => watch_line("ADDED", &object),
                 });
             }
             (lines, page.resource_version)
         }
     };
-    let (sender, receiver) = tokio::sync::mpsc::channel::<Result<Bytes, std::convert::Infallible>>(64);
+    let (sender, receiver) =
+        tokio::sync::mpsc::channel::<Result<Bytes, std::convert::Infallible>>(64);
     let stream = state.store.watch(
         request.storage_resource(),
         request.path.namespace.clone(),
@@ -368,7 +502,9 @@ async fn watch_collection(state: Arc<ApiState>, request: Request) -> Result<Resp
         let mut stream = match stream {
             Ok(stream) => stream,
             Err(err) => {
-                let _ = sender.send(Ok(watch_line("ERROR", &ApiError::from(err).to_status()))).await;
+                let _ = sender
+                    .send(Ok(watch_line("ERROR", &ApiError::from(err).to_status())))
+                    .await;
                 return;
             }
         };
@@ -383,7 +519,9 @@ async fn watch_collection(state: Arc<ApiState>, request: Request) -> Result<Resp
             let line = match item {
                 None => return,
                 Some(Err(err)) => {
-                    let _ = sender.send(Ok(watch_line("ERROR", &ApiError::from(err).to_status()))).await;
+                    let _ = sender
+                        .send(Ok(watch_line("ERROR", &ApiError::from(err).to_status())))
+                        .await;
                     return;
                 }
                 Some(Ok(WatchItem::Bookmark(rv))) => watch_line(
@@ -391,14 +529,21 @@ async fn watch_collection(state: Arc<ApiState>, request: Request) -> Result<Resp
                     &json!({"apiVersion": api_version, "kind": kind, "metadata": {"resourceVersion": rv.to_string()}}),
                 ),
                 Some(Ok(WatchItem::Event(event))) => {
-                    let Ok(value) = serde_json::from_str::<Value>(&event.json) else { continue };
+                    let Ok(value) = serde_json::from_str::<Value>(&event.json) else {
+                        continue;
+                    };
                     if !matches(&value) {
                         continue;
                     }
                     match request.to_requested(&state, value) {
                         Ok(object) if table_columns.is_some() => watch_line(
                             event.event_type.as_str(),
-                            &table::table(&[object], table_columns.as_deref().unwrap_or_default(), &event.resource_version.to_string(), None),
+                            &table::table(
+                                &[object],
+                                table_columns.as_deref().unwrap_or_default(),
+                                &event.resource_version.to_string(),
+                                None,
+                            ),
                         ),
                         Ok(object) => watch_line(event.event_type.as_str(), &object),
                         Err(err) => watch_line("ERROR", &err.to_status()),
@@ -424,7 +569,10 @@ fn admit_crd(object: &mut Value) -> Result<capstan_schema::CrdInfo, ApiError> {
     let crd = capstan_schema::CrdInfo::from_value(object).map_err(|e| ApiError::Invalid {
         group: "apiextensions.k8s.io".into(),
         kind: "CustomResourceDefinition".into(),
-        name: object["metadata"]["name"].as_str().unwrap_or_default().to_owned(),
+        name: object["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
         summary: e.to_string(),
         causes: Vec::new(),
     })?;
@@ -454,15 +602,19 @@ fn is_crd(request: &Request) -> bool {
 }
 
 async fn ensure_namespace(state: &ApiState, request: &Request) -> Result<(), ApiError> {
-    let Some(ns) = request.path.namespace.as_deref() else { return Ok(()) };
+    let Some(ns) = request.path.namespace.as_deref() else {
+        return Ok(());
+    };
     let key = ObjectKey::new("/namespaces", "", ns);
     match state.store.get(key).await? {
-        Some(found) if lifecycle::is_being_deleted(&stored_value(&found)?) => Err(ApiError::Conflict {
-            group: String::new(),
-            resource: "namespaces".into(),
-            name: ns.to_owned(),
-            message: format!("namespace {ns} is being terminated"),
-        }),
+        Some(found) if lifecycle::is_being_deleted(&stored_value(&found)?) => {
+            Err(ApiError::Conflict {
+                group: String::new(),
+                resource: "namespaces".into(),
+                name: ns.to_owned(),
+                message: format!("namespace {ns} is being terminated"),
+            })
+        }
         Some(_) => Ok(()),
         None => Err(ApiError::NotFound {
             group: String::new(),
@@ -478,35 +630,57 @@ async fn create(state: Arc<ApiState>, request: Request, body: Bytes) -> Result<R
     Ok(json_response(code, &object, &warnings))
 }
 
-async fn create_object(state: &ApiState, request: &Request, mut object: Value) -> Result<(StatusCode, Value, Vec<String>), ApiError> {
+async fn create_object(
+    state: &ApiState,
+    request: &Request,
+    mut object: Value,
+) -> Result<(StatusCode, Value, Vec<String>), ApiError> {
     let mut warnings = Vec::new();
     admit(request, &mut object, &mut warnings)?;
-    let name = lifecycle::prepare_create(&mut object, request.path.namespace.as_deref(), request.kind())?;
+    let name = lifecycle::prepare_create(
+        &mut object,
+        request.path.namespace.as_deref(),
+        request.kind(),
+    )?;
     if request.served.has_status()
         && let Some(obj) = object.as_object_mut()
     {
         obj.remove("status");
     }
-    let crd = if is_crd(request) { Some(admit_crd(&mut object)?) } else { None };
+    let crd = if is_crd(request) {
+        Some(admit_crd(&mut object)?)
+    } else {
+        None
+    };
     ensure_namespace(state, request).await?;
     let storage_form = request.to_storage(state, object)?;
     if request.dry_run() {
-        return Ok((StatusCode::CREATED, request.to_requested(state, storage_form)?, warnings));
+        return Ok((
+            StatusCode::CREATED,
+            request.to_requested(state, storage_form)?,
+            warnings,
+        ));
     }
     let stored = state.store.create(request.key(&name), storage_form).await?;
     if let Some(crd) = crd {
         state.registry_write().insert(crd);
     }
-    Ok((StatusCode::CREATED, request.to_requested(state, stored_value(&stored)?)?, warnings))
+    Ok((
+        StatusCode::CREATED,
+        request.to_requested(state, stored_value(&stored)?)?,
+        warnings,
+    ))
 }
 
 fn precondition_rv(object: &Value) -> Result<Option<u64>, ApiError> {
-    match object["metadata"]["resourceVersion"].as_str().filter(|s| !s.is_empty()) {
+    match object["metadata"]["resourceVersion"]
+        .as_str()
+        .filter(|s| !s.is_empty())
+    {
         None => Ok(None),
-        Some(text) => text
-            .parse()
-            .map(Some)
-            .map_err(|_| ApiError::BadRequest(format!("metadata.resourceVersion {text:?} is not valid"))),
+        Some(text) => text.parse().map(Some).map_err(|_| {
+            ApiError::BadRequest(format!("metadata.resourceVersion {text:?} is not valid"))
+        }),
     }
 }
 
@@ -535,7 +709,11 @@ async fn write_over(
         }
     };
     let old = stored_value(current)?;
-    let crd = if is_crd(request) && scope != WriteScope::Status { Some(admit_crd(&mut new)?) } else { None };
+    let crd = if is_crd(request) && scope != WriteScope::Status {
+        Some(admit_crd(&mut new)?)
+    } else {
+        None
+    };
     let mut new_storage = request.to_storage(state, new)?;
     let changed = lifecycle::prepare_update(&old, &mut new_storage, scope, request.kind())?;
     if !changed {
@@ -545,11 +723,21 @@ async fn write_over(
         return request.to_requested(state, new_storage);
     }
     if lifecycle::is_being_deleted(&new_storage) && lifecycle::finalizers(&new_storage).is_empty() {
-        let deleted = state.store.delete(current.key.clone(), Some(current.resource_version)).await?;
+        let deleted = state
+            .store
+            .delete(current.key.clone(), Some(current.resource_version))
+            .await?;
         after_delete(state, request, &deleted)?;
         return request.to_requested(state, stored_value(&deleted)?);
     }
-    let stored = state.store.update(current.key.clone(), new_storage, Some(current.resource_version)).await?;
+    let stored = state
+        .store
+        .update(
+            current.key.clone(),
+            new_storage,
+            Some(current.resource_version),
+        )
+        .await?;
     if let Some(crd) = crd {
         state.registry_write().insert(crd);
     }
@@ -562,7 +750,11 @@ async fn update(state: Arc<ApiState>, request: Request, body: Bytes) -> Result<R
     let precondition = precondition_rv(&new)?;
     let mut warnings = Vec::new();
     for _ in 0..MAX_WRITE_ATTEMPTS {
-        let current = state.store.get(request.key(&name)).await?.ok_or_else(|| request.not_found(&name))?;
+        let current = state
+            .store
+            .get(request.key(&name))
+            .await?
+            .ok_or_else(|| request.not_found(&name))?;
         if let Some(expected) = precondition
             && expected != current.resource_version
         {
@@ -595,12 +787,17 @@ enum PatchKind {
 }
 
 fn patch_kind(headers: &HeaderMap) -> Result<PatchKind, ApiError> {
-    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
     match content_type.split(';').next().unwrap_or_default().trim() {
         // Strategic merge differs from JSON merge only for lists with merge keys, which none of the
         // custom kinds declare; for the core kinds served here (Secret, ConfigMap, Namespace) the two
         // agree on everything kubectl sends.
-        "application/merge-patch+json" | "application/strategic-merge-patch+json" => Ok(PatchKind::Merge),
+        "application/merge-patch+json" | "application/strategic-merge-patch+json" => {
+            Ok(PatchKind::Merge)
+        }
         "application/json-patch+json" => Ok(PatchKind::Json),
         "application/apply-patch+yaml" | "application/apply-patch+json" => Ok(PatchKind::Apply),
         other => Err(ApiError::UnsupportedMediaType(format!(
@@ -616,12 +813,16 @@ async fn patch(state: Arc<ApiState>, request: Request, body: Bytes) -> Result<Re
         PatchKind::Apply => parse_body(
             &{
                 let mut h = HeaderMap::new();
-                h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/yaml"));
+                h.insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/yaml"),
+                );
                 h
             },
             &body,
         )?,
-        _ => serde_json::from_slice(&body).map_err(|e| ApiError::BadRequest(format!("the patch is not valid JSON: {e}")))?,
+        _ => serde_json::from_slice(&body)
+            .map_err(|e| ApiError::BadRequest(format!("the patch is not valid JSON: {e}")))?,
     };
     let mut warnings = Vec::new();
     for _ in 0..MAX_WRITE_ATTEMPTS {
@@ -641,8 +842,10 @@ async fn patch(state: Arc<ApiState>, request: Request, body: Bytes) -> Result<Re
         match &kind {
             PatchKind::Merge | PatchKind::Apply => json_patch::merge(&mut patched, &patch_doc),
             PatchKind::Json => {
-                let ops: json_patch::Patch = serde_json::from_value(patch_doc.clone())
-                    .map_err(|e| ApiError::BadRequest(format!("the JSON patch is not valid: {e}")))?;
+                let ops: json_patch::Patch =
+                    serde_json::from_value(patch_doc.clone()).map_err(|e| {
+                        ApiError::BadRequest(format!("the JSON patch is not valid: {e}"))
+                    })?;
                 json_patch::patch(&mut patched, &ops).map_err(|e| ApiError::Invalid {
                     group: request.group().to_owned(),
                     kind: request.kind().to_owned(),
@@ -677,18 +880,29 @@ async fn patch(state: Arc<ApiState>, request: Request, body: Bytes) -> Result<Re
     })
 }
 
-fn after_delete(state: &ApiState, request: &Request, deleted: &StoredObject) -> Result<(), ApiError> {
+fn after_delete(
+    state: &ApiState,
+    request: &Request,
+    deleted: &StoredObject,
+) -> Result<(), ApiError> {
     if is_crd(request) {
         let value = stored_value(deleted)?;
         let group = value["spec"]["group"].as_str().unwrap_or_default();
-        let plural = value["spec"]["names"]["plural"].as_str().unwrap_or_default();
+        let plural = value["spec"]["names"]["plural"]
+            .as_str()
+            .unwrap_or_default();
         state.registry_write().remove(group, plural);
     }
     Ok(())
 }
 
 /// Deletes (or, with finalizers, marks for deletion) one stored object. `options` is a DeleteOptions.
-async fn delete_one(state: &ApiState, request: &Request, current: StoredObject, options: &Value) -> Result<Value, ApiError> {
+async fn delete_one(
+    state: &ApiState,
+    request: &Request,
+    current: StoredObject,
+    options: &Value,
+) -> Result<Value, ApiError> {
     let name = current.key.name.clone();
     if let Some(expected) = options["preconditions"]["resourceVersion"].as_str()
         && expected != current.resource_version.to_string()
@@ -697,7 +911,10 @@ async fn delete_one(state: &ApiState, request: &Request, current: StoredObject, 
             group: request.group().to_owned(),
             resource: request.path.plural.clone(),
             name,
-            message: format!("the ResourceVersion in the precondition ({expected}) does not match the ResourceVersion in record ({}). The object might have been modified", current.resource_version),
+            message: format!(
+                "the ResourceVersion in the precondition ({expected}) does not match the ResourceVersion in record ({}). The object might have been modified",
+                current.resource_version
+            ),
         });
     }
     let mut object = stored_value(&current)?;
@@ -708,12 +925,17 @@ async fn delete_one(state: &ApiState, request: &Request, current: StoredObject, 
             group: request.group().to_owned(),
             resource: request.path.plural.clone(),
             name,
-            message: format!("the UID in the precondition ({uid}) does not match the UID in record. The object might have been deleted and then recreated"),
+            message: format!(
+                "the UID in the precondition ({uid}) does not match the UID in record. The object might have been deleted and then recreated"
+            ),
         });
     }
-    let policy = options["propagationPolicy"]
-        .as_str()
-        .or_else(|| options["orphanDependents"].as_bool().filter(|o| *o).map(|_| "Orphan"));
+    let policy = options["propagationPolicy"].as_str().or_else(|| {
+        options["orphanDependents"]
+            .as_bool()
+            .filter(|o| *o)
+            .map(|_| "Orphan")
+    });
     match policy {
         Some("Orphan") => lifecycle::add_finalizer(&mut object, "orphan")?,
         Some("Foreground") => lifecycle::add_finalizer(&mut object, "foregroundDeletion")?,
@@ -723,15 +945,23 @@ async fn delete_one(state: &ApiState, request: &Request, current: StoredObject, 
         return request.to_requested(state, object);
     }
     if lifecycle::finalizers(&object).is_empty() {
-        let deleted = state.store.delete(current.key.clone(), Some(current.resource_version)).await?;
+        let deleted = state
+            .store
+            .delete(current.key.clone(), Some(current.resource_version))
+            .await?;
         after_delete(state, request, &deleted)?;
         return request.to_requested(state, stored_value(&deleted)?);
     }
-    if lifecycle::is_being_deleted(&object) && lifecycle::finalizers(&stored_value(&current)?) == lifecycle::finalizers(&object) {
+    if lifecycle::is_being_deleted(&object)
+        && lifecycle::finalizers(&stored_value(&current)?) == lifecycle::finalizers(&object)
+    {
         return request.to_requested(state, object);
     }
     lifecycle::mark_deleted(&mut object)?;
-    let stored = state.store.update(current.key.clone(), object, Some(current.resource_version)).await?;
+    let stored = state
+        .store
+        .update(current.key.clone(), object, Some(current.resource_version))
+        .await?;
     request.to_requested(state, stored_value(&stored)?)
 }
 
@@ -739,7 +969,8 @@ fn delete_options(body: &Bytes, query: &HashMap<String, String>) -> Result<Value
     let mut options = if body.is_empty() {
         json!({})
     } else {
-        serde_json::from_slice(body).map_err(|e| ApiError::BadRequest(format!("DeleteOptions are not valid JSON: {e}")))?
+        serde_json::from_slice(body)
+            .map_err(|e| ApiError::BadRequest(format!("DeleteOptions are not valid JSON: {e}")))?
     };
     if let (Some(policy), Some(obj)) = (query.get("propagationPolicy"), options.as_object_mut()) {
         obj.insert("propagationPolicy".into(), Value::String(policy.clone()));
@@ -751,9 +982,17 @@ async fn delete(state: Arc<ApiState>, request: Request, body: Bytes) -> Result<R
     let options = delete_options(&body, &request.query)?;
     let name = request.path.name.clone().unwrap_or_default();
     for _ in 0..MAX_WRITE_ATTEMPTS {
-        let current = state.store.get(request.key(&name)).await?.ok_or_else(|| request.not_found(&name))?;
+        let current = state
+            .store
+            .get(request.key(&name))
+            .await?
+            .ok_or_else(|| request.not_found(&name))?;
         match delete_one(&state, &request, current, &options).await {
-            Err(ApiError::Conflict { message, .. }) if !message.contains("precondition") && options["preconditions"].is_null() => continue,
+            Err(ApiError::Conflict { message, .. })
+                if !message.contains("precondition") && options["preconditions"].is_null() =>
+            {
+                continue;
+            }
             Err(err) => return Err(err),
             Ok(object) => return Ok(json_response(StatusCode::OK, &object, &[])),
         }
@@ -771,9 +1010,13 @@ async fn delete_collection(state: Arc<ApiState>, request: Request) -> Result<Res
     let options = delete_options(&Bytes::new(), &request.query)?;
     let page = state
         .store
-        .list(request.storage_resource(), request.path.namespace.clone(), None, None, move |v| {
-            labels.matches(&labels_of(v)) && fields.matches(v)
-        })
+        .list(
+            request.storage_resource(),
+            request.path.namespace.clone(),
+            None,
+            None,
+            move |v| labels.matches(&labels_of(v)) && fields.matches(v),
+        )
         .await?;
     let mut items = Vec::new();
     for current in page.items {

@@ -49,7 +49,10 @@ pub enum ServerError {
     #[error("reading stored CustomResourceDefinitions")]
     Store(#[from] capstan_store::StoreError),
     #[error("stored CustomResourceDefinition {name} is invalid")]
-    StoredCrd { name: String, source: capstan_schema::CrdError },
+    StoredCrd {
+        name: String,
+        source: capstan_schema::CrdError,
+    },
     #[error("TLS")]
     Tls(#[from] tls::TlsError),
     #[error("listening")]
@@ -109,16 +112,28 @@ pub struct ApiServer {
 impl ApiServer {
     /// Builds the server over `store`: the built-in kinds plus the CRDs stored in it, and the system
     /// namespaces (created if missing).
-    pub async fn new(store: Store, converter: Arc<dyn Converter>, auth: Auth) -> Result<Self, ServerError> {
+    pub async fn new(
+        store: Store,
+        converter: Arc<dyn Converter>,
+        auth: Auth,
+    ) -> Result<Self, ServerError> {
         let mut registry = Registry::builtin()?;
         let crds = store
-            .list("apiextensions.k8s.io/customresourcedefinitions".into(), None, None, None, |_| true)
+            .list(
+                "apiextensions.k8s.io/customresourcedefinitions".into(),
+                None,
+                None,
+                None,
+                |_| true,
+            )
             .await?;
         for stored in crds.items {
             let value = stored.value()?;
-            let crd = capstan_schema::CrdInfo::from_value(&value).map_err(|source| ServerError::StoredCrd {
-                name: stored.key.name.clone(),
-                source,
+            let crd = capstan_schema::CrdInfo::from_value(&value).map_err(|source| {
+                ServerError::StoredCrd {
+                    name: stored.key.name.clone(),
+                    source,
+                }
             })?;
             registry.insert(crd);
         }
@@ -158,7 +173,10 @@ impl ApiServer {
             .route("/healthz", get(health))
             .route("/livez", get(health))
             .route("/readyz", get(ready))
-            .route("/version", get(|| async { axum::Json(discovery::version()) }));
+            .route(
+                "/version",
+                get(|| async { axum::Json(discovery::version()) }),
+            );
         let protected = Router::new()
             .route("/metrics", get(metrics_text))
             .route("/openapi/v3", get(openapi_root))
@@ -167,7 +185,10 @@ impl ApiServer {
             .route("/api/{*rest}", any(api))
             .route("/apis", any(api))
             .route("/apis/{*rest}", any(api))
-            .layer(middleware::from_fn_with_state(self.state.clone(), authenticate));
+            .layer(middleware::from_fn_with_state(
+                self.state.clone(),
+                authenticate,
+            ));
         open.merge(protected).with_state(self.state.clone())
     }
 }
@@ -178,7 +199,11 @@ async fn health() -> &'static str {
 
 async fn ready(State(state): State<Arc<ApiState>>) -> Response {
     // Ready when the store answers a read.
-    match state.store.get(ObjectKey::new("/namespaces", "", "default")).await {
+    match state
+        .store
+        .get(ObjectKey::new("/namespaces", "", "default"))
+        .await
+    {
         Ok(_) => (StatusCode::OK, "ok").into_response(),
         Err(err) => (StatusCode::SERVICE_UNAVAILABLE, format!("store: {err}")).into_response(),
     }
@@ -189,7 +214,11 @@ async fn metrics_text(State(state): State<Arc<ApiState>>) -> Response {
         .metrics
         .resource_version
         .set(i64::try_from(state.store.head()).unwrap_or(i64::MAX));
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.encode()).into_response()
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        state.metrics.encode(),
+    )
+        .into_response()
 }
 
 async fn openapi_root(State(state): State<Arc<ApiState>>) -> Response {
@@ -207,14 +236,24 @@ async fn openapi_doc(State(state): State<Arc<ApiState>>, uri: Uri) -> Response {
     axum::Json(openapi::group_version(&registry, &group, &version)).into_response()
 }
 
-async fn authenticate(State(state): State<Arc<ApiState>>, request: HttpRequest, next: Next) -> Response {
+async fn authenticate(
+    State(state): State<Arc<ApiState>>,
+    request: HttpRequest,
+    next: Next,
+) -> Response {
     let by_certificate = request.extensions().get::<ClientCertificate>().is_some();
     let by_token = request
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
-        .is_some_and(|token| state.auth.tokens.iter().any(|t| constant_time_eq(t.as_bytes(), token.trim().as_bytes())));
+        .is_some_and(|token| {
+            state
+                .auth
+                .tokens
+                .iter()
+                .any(|t| constant_time_eq(t.as_bytes(), token.trim().as_bytes()))
+        });
     if by_certificate || by_token {
         next.run(request).await
     } else {
@@ -227,7 +266,11 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-fn verb(method: &Method, path: &target::ResourcePath, query: &HashMap<String, String>) -> &'static str {
+fn verb(
+    method: &Method,
+    path: &target::ResourcePath,
+    query: &HashMap<String, String>,
+) -> &'static str {
     let watch = path.watch_prefix || query.get("watch").is_some_and(|v| v == "true" || v == "1");
     match (method.as_str(), path.name.is_some()) {
         ("GET", _) if watch => "watch",
@@ -251,13 +294,19 @@ async fn api(
     body: Bytes,
 ) -> Response {
     let started = Instant::now();
-    let Some(target) = target::parse(uri.path()) else { return ApiError::NoSuchResource.into_response() };
+    let Some(target) = target::parse(uri.path()) else {
+        return ApiError::NoSuchResource.into_response();
+    };
     let registry = state.registry_read();
     let found = match target {
-        target::Target::Root if uri.path().trim_end_matches('/') == "/api" => Some(discovery::core_versions()),
+        target::Target::Root if uri.path().trim_end_matches('/') == "/api" => {
+            Some(discovery::core_versions())
+        }
         target::Target::Root => Some(discovery::group_list(&registry)),
         target::Target::Group { group } => discovery::group(&registry, &group),
-        target::Target::GroupVersion { group, version } => discovery::resource_list(&registry, &group, &version),
+        target::Target::GroupVersion { group, version } => {
+            discovery::resource_list(&registry, &group, &version)
+        }
         target::Target::Resource(path) => {
             let Some(served) = registry.resolve(&path.group, &path.version, &path.plural) else {
                 return ApiError::NoSuchResource.into_response();
@@ -265,8 +314,15 @@ async fn api(
             drop(registry);
             let verb = verb(&method, &path, &query);
             let resource = path.plural.clone();
-            let request = handlers::Request { served, path, query, headers };
-            let response = handlers::handle(state.clone(), method, request, body).await.unwrap_or_else(IntoResponse::into_response);
+            let request = handlers::Request {
+                served,
+                path,
+                query,
+                headers,
+            };
+            let response = handlers::handle(state.clone(), method, request, body)
+                .await
+                .unwrap_or_else(IntoResponse::into_response);
             state
                 .metrics
                 .requests
@@ -280,7 +336,9 @@ async fn api(
                 state
                     .metrics
                     .latency
-                    .get_or_create(&metrics::VerbLabels { verb: verb.to_owned() })
+                    .get_or_create(&metrics::VerbLabels {
+                        verb: verb.to_owned(),
+                    })
                     .observe(started.elapsed().as_secs_f64());
             }
             return response;

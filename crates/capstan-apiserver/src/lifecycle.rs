@@ -7,14 +7,18 @@ use serde_json::{Map, Value};
 
 /// The current time in the form Kubernetes writes timestamps (`2026-01-02T03:04:05Z`).
 pub fn now() -> String {
-    jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
 }
 
 fn metadata_mut(object: &mut Value) -> Result<&mut Map<String, Value>, ApiError> {
     let obj = object
         .as_object_mut()
         .ok_or_else(|| ApiError::BadRequest("the request body must be a JSON object".into()))?;
-    let meta = obj.entry("metadata").or_insert_with(|| Value::Object(Map::new()));
+    let meta = obj
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Map::new()));
     meta.as_object_mut()
         .ok_or_else(|| ApiError::BadRequest("metadata must be an object".into()))
 }
@@ -31,18 +35,31 @@ fn random_suffix() -> String {
 }
 
 /// Fills in server-owned metadata of a new object and returns its name.
-pub fn prepare_create(object: &mut Value, namespace: Option<&str>, kind: &str) -> Result<String, ApiError> {
+pub fn prepare_create(
+    object: &mut Value,
+    namespace: Option<&str>,
+    kind: &str,
+) -> Result<String, ApiError> {
     let meta = metadata_mut(object)?;
-    let name = match meta.get("name").and_then(Value::as_str).filter(|n| !n.is_empty()) {
+    let name = match meta
+        .get("name")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+    {
         Some(name) => name.to_owned(),
-        None => match meta.get("generateName").and_then(Value::as_str).filter(|n| !n.is_empty()) {
+        None => match meta
+            .get("generateName")
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
+        {
             Some(prefix) => format!("{prefix}{}", random_suffix()),
             None => {
                 return Err(ApiError::Invalid {
                     group: String::new(),
                     kind: kind.to_owned(),
                     name: String::new(),
-                    summary: "metadata.name: Required value: name or generateName is required".into(),
+                    summary: "metadata.name: Required value: name or generateName is required"
+                        .into(),
                     causes: vec![Cause {
                         reason: "FieldValueRequired".into(),
                         message: "Required value: name or generateName is required".into(),
@@ -70,10 +87,18 @@ pub fn prepare_create(object: &mut Value, namespace: Option<&str>, kind: &str) -
             meta.remove("namespace");
         }
     }
-    meta.insert("uid".into(), Value::String(uuid::Uuid::new_v4().to_string()));
+    meta.insert(
+        "uid".into(),
+        Value::String(uuid::Uuid::new_v4().to_string()),
+    );
     meta.insert("creationTimestamp".into(), Value::String(now()));
     meta.insert("generation".into(), Value::from(1));
-    for server_owned in ["resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"] {
+    for server_owned in [
+        "resourceVersion",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "selfLink",
+    ] {
         meta.remove(server_owned);
     }
     Ok(name)
@@ -83,7 +108,9 @@ pub fn prepare_create(object: &mut Value, namespace: Option<&str>, kind: &str) -
 fn validate_name(name: &str, kind: &str) -> Result<(), ApiError> {
     let ok = !name.is_empty()
         && name.len() <= 253
-        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
         && name.starts_with(|c: char| c.is_ascii_alphanumeric())
         && name.ends_with(|c: char| c.is_ascii_alphanumeric());
     if ok {
@@ -111,7 +138,9 @@ fn spec_part(object: &Value) -> Map<String, Value> {
         .as_object()
         .map(|o| {
             o.iter()
-                .filter(|(k, _)| !matches!(k.as_str(), "metadata" | "status" | "apiVersion" | "kind"))
+                .filter(|(k, _)| {
+                    !matches!(k.as_str(), "metadata" | "status" | "apiVersion" | "kind")
+                })
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect()
         })
@@ -129,7 +158,12 @@ pub enum WriteScope {
 
 /// Prepares `new` to replace `old`: carries over server-owned metadata, applies the subresource split
 /// and bumps `generation` when the spec changed. Returns whether anything changed at all.
-pub fn prepare_update(old: &Value, new: &mut Value, scope: WriteScope, kind: &str) -> Result<bool, ApiError> {
+pub fn prepare_update(
+    old: &Value,
+    new: &mut Value,
+    scope: WriteScope,
+    kind: &str,
+) -> Result<bool, ApiError> {
     if scope == WriteScope::Status {
         let status = new.get("status").cloned();
         let mut merged = old.clone();
@@ -140,7 +174,10 @@ pub fn prepare_update(old: &Value, new: &mut Value, scope: WriteScope, kind: &st
             };
         }
         *new = merged;
-    } else if scope == (WriteScope::Main { status_subresource: true })
+    } else if scope
+        == (WriteScope::Main {
+            status_subresource: true,
+        })
         && let Some(obj) = new.as_object_mut()
     {
         match old.get("status") {
@@ -170,16 +207,29 @@ pub fn prepare_update(old: &Value, new: &mut Value, scope: WriteScope, kind: &st
         let finalizers = |m: &Map<String, Value>| -> Vec<String> {
             m.get("finalizers")
                 .and_then(Value::as_array)
-                .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|v| v.as_str().map(str::to_owned))
+                        .collect()
+                })
                 .unwrap_or_default()
         };
         let before = finalizers(&old_meta);
-        if let Some(added) = finalizers(new_meta).into_iter().find(|f| !before.contains(f)) {
-            let message = format!("Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers [{added:?}]");
+        if let Some(added) = finalizers(new_meta)
+            .into_iter()
+            .find(|f| !before.contains(f))
+        {
+            let message = format!(
+                "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers [{added:?}]"
+            );
             return Err(ApiError::Invalid {
                 group: String::new(),
                 kind: kind.to_owned(),
-                name: old_meta.get("name").and_then(Value::as_str).unwrap_or_default().to_owned(),
+                name: old_meta
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
                 summary: format!("metadata.finalizers: {message}"),
                 causes: vec![Cause {
                     reason: "FieldValueForbidden".into(),
@@ -204,7 +254,11 @@ pub fn prepare_update(old: &Value, new: &mut Value, scope: WriteScope, kind: &st
 pub fn finalizers(object: &Value) -> Vec<String> {
     object["metadata"]["finalizers"]
         .as_array()
-        .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -228,7 +282,9 @@ pub fn mark_deleted(object: &mut Value) -> Result<(), ApiError> {
 /// Adds a finalizer if missing (deletion propagation policies use `orphan` and `foregroundDeletion`).
 pub fn add_finalizer(object: &mut Value, finalizer: &str) -> Result<(), ApiError> {
     let meta = metadata_mut(object)?;
-    let list = meta.entry("finalizers").or_insert_with(|| Value::Array(Vec::new()));
+    let list = meta
+        .entry("finalizers")
+        .or_insert_with(|| Value::Array(Vec::new()));
     if let Some(arr) = list.as_array_mut()
         && !arr.iter().any(|v| v.as_str() == Some(finalizer))
     {
@@ -244,14 +300,18 @@ mod tests {
 
     #[test]
     fn create_fills_server_metadata_and_generates_names() {
-        let mut obj = json!({"metadata": {"generateName": "web-", "resourceVersion": "9"}, "spec": {}});
+        let mut obj =
+            json!({"metadata": {"generateName": "web-", "resourceVersion": "9"}, "spec": {}});
         let name = prepare_create(&mut obj, Some("default"), "Cluster").unwrap();
         assert!(name.starts_with("web-") && name.len() == 9);
         assert_eq!(obj["metadata"]["generation"], 1);
         assert_eq!(obj["metadata"]["namespace"], "default");
         assert!(obj["metadata"]["uid"].is_string() && obj["metadata"]["resourceVersion"].is_null());
         let mut bad = json!({"metadata": {"name": "Bad_Name"}});
-        assert!(matches!(prepare_create(&mut bad, None, "Cluster"), Err(ApiError::Invalid { .. })));
+        assert!(matches!(
+            prepare_create(&mut bad, None, "Cluster"),
+            Err(ApiError::Invalid { .. })
+        ));
         let mut other_ns = json!({"metadata": {"name": "a", "namespace": "x"}});
         assert!(prepare_create(&mut other_ns, Some("y"), "Cluster").is_err());
     }
@@ -261,27 +321,71 @@ mod tests {
         let mut old = json!({"metadata": {"name": "a", "uid": "u", "generation": 3}, "spec": {"r": 1}, "status": {"p": "x"}});
         let mut meta_only = old.clone();
         meta_only["metadata"]["labels"] = json!({"a": "b"});
-        assert!(prepare_update(&old, &mut meta_only, WriteScope::Main { status_subresource: true }, "K").unwrap());
+        assert!(
+            prepare_update(
+                &old,
+                &mut meta_only,
+                WriteScope::Main {
+                    status_subresource: true
+                },
+                "K"
+            )
+            .unwrap()
+        );
         assert_eq!(meta_only["metadata"]["generation"], 3);
         let mut spec = old.clone();
         spec["spec"]["r"] = json!(2);
         spec["status"] = json!({"p": "ignored"});
         spec["metadata"]["uid"] = json!("forged");
-        prepare_update(&old, &mut spec, WriteScope::Main { status_subresource: true }, "K").unwrap();
+        prepare_update(
+            &old,
+            &mut spec,
+            WriteScope::Main {
+                status_subresource: true,
+            },
+            "K",
+        )
+        .unwrap();
         assert_eq!(spec["metadata"]["generation"], 4);
-        assert_eq!(spec["status"]["p"], "x", "main resource writes do not touch status");
+        assert_eq!(
+            spec["status"]["p"], "x",
+            "main resource writes do not touch status"
+        );
         assert_eq!(spec["metadata"]["uid"], "u");
         let mut status = old.clone();
         status["status"] = json!({"p": "y"});
         status["spec"] = json!({"r": 99});
         prepare_update(&old, &mut status, WriteScope::Status, "K").unwrap();
-        assert_eq!((status["spec"]["r"].clone(), status["status"]["p"].clone()), (json!(1), json!("y")));
+        assert_eq!(
+            (status["spec"]["r"].clone(), status["status"]["p"].clone()),
+            (json!(1), json!("y"))
+        );
         let unchanged = old.clone();
         let mut same = unchanged.clone();
-        assert!(!prepare_update(&old, &mut same, WriteScope::Main { status_subresource: true }, "K").unwrap());
+        assert!(
+            !prepare_update(
+                &old,
+                &mut same,
+                WriteScope::Main {
+                    status_subresource: true
+                },
+                "K"
+            )
+            .unwrap()
+        );
         mark_deleted(&mut old).unwrap();
         let mut add = old.clone();
         add["metadata"]["finalizers"] = json!(["new"]);
-        assert!(prepare_update(&old, &mut add, WriteScope::Main { status_subresource: true }, "K").is_err());
+        assert!(
+            prepare_update(
+                &old,
+                &mut add,
+                WriteScope::Main {
+                    status_subresource: true
+                },
+                "K"
+            )
+            .is_err()
+        );
     }
 }

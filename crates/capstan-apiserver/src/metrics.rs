@@ -36,13 +36,27 @@ impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::with_prefix("capstan_apiserver");
         let requests = Family::<RequestLabels, Counter>::default();
-        let latency = Family::<VerbLabels, Histogram>::new_with_constructor(|| Histogram::new(exponential_buckets(0.0005, 2.0, 16)));
+        let latency = Family::<VerbLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+        });
         let watches = Gauge::default();
         let resource_version = Gauge::default();
-        registry.register("requests", "API requests by verb, resource and response code", requests.clone());
-        registry.register("request_duration_seconds", "API request latency (watches excluded)", latency.clone());
+        registry.register(
+            "requests",
+            "API requests by verb, resource and response code",
+            requests.clone(),
+        );
+        registry.register(
+            "request_duration_seconds",
+            "API request latency (watches excluded)",
+            latency.clone(),
+        );
         registry.register("watches", "Open watches", watches.clone());
-        registry.register("store_resource_version", "The store's latest resourceVersion", resource_version.clone());
+        registry.register(
+            "store_resource_version",
+            "The store's latest resourceVersion",
+            resource_version.clone(),
+        );
         Self {
             registry: Mutex::new(registry),
             requests,

@@ -8,7 +8,11 @@ use serde_json::{Value, json};
 
 /// The schema name of a kind: reversed group, version, kind (`io.x-k8s.cluster.v1beta1.Cluster`).
 pub fn schema_name(group: &str, version: &str, kind: &str) -> String {
-    let reversed: Vec<&str> = if group.is_empty() { vec!["io", "k8s", "api", "core"] } else { group.split('.').rev().collect() };
+    let reversed: Vec<&str> = if group.is_empty() {
+        vec!["io", "k8s", "api", "core"]
+    } else {
+        group.split('.').rev().collect()
+    };
     format!("{}.{version}.{kind}", reversed.join("."))
 }
 
@@ -46,9 +50,16 @@ pub fn root(registry: &Registry) -> Value {
     }
     gvs.sort();
     for (group, version) in gvs {
-        let prefix = if group.is_empty() { format!("api/{version}") } else { format!("apis/{group}/{version}") };
+        let prefix = if group.is_empty() {
+            format!("api/{version}")
+        } else {
+            format!("apis/{group}/{version}")
+        };
         let doc = group_version(registry, &group, &version).to_string();
-        paths.insert(prefix.clone(), json!({"serverRelativeURL": format!("/openapi/v3/{prefix}?hash={}", hash(&doc))}));
+        paths.insert(
+            prefix.clone(),
+            json!({"serverRelativeURL": format!("/openapi/v3/{prefix}?hash={}", hash(&doc))}),
+        );
     }
     json!({"paths": paths})
 }
@@ -67,7 +78,8 @@ pub fn group_version(registry: &Registry, group: &str, version: &str) -> Value {
         }
         let gvk = json!({"group": group, "version": version, "kind": crd.kind});
         let name = schema_name(group, version, &crd.kind);
-        let mut schema = raw_schema(&crd.definition, version).unwrap_or_else(|| json!({"type": "object"}));
+        let mut schema =
+            raw_schema(&crd.definition, version).unwrap_or_else(|| json!({"type": "object"}));
         if let Some(obj) = schema.as_object_mut() {
             obj.insert("x-kubernetes-group-version-kind".into(), json!([gvk]));
         }
@@ -83,8 +95,18 @@ pub fn group_version(registry: &Registry, group: &str, version: &str) -> Value {
                 "x-kubernetes-group-version-kind": gvk,
             })
         };
-        let write_params = || vec![parameter("dryRun"), parameter("fieldManager"), parameter("fieldValidation")];
-        let base = if group.is_empty() { format!("/api/{version}") } else { format!("/apis/{}/{version}", group) };
+        let write_params = || {
+            vec![
+                parameter("dryRun"),
+                parameter("fieldManager"),
+                parameter("fieldValidation"),
+            ]
+        };
+        let base = if group.is_empty() {
+            format!("/api/{version}")
+        } else {
+            format!("/apis/{}/{version}", group)
+        };
         let collection = if crd.scope == capstan_schema::Scope::Namespaced {
             format!("{base}/namespaces/{{namespace}}/{}", crd.plural)
         } else {
@@ -121,13 +143,31 @@ mod tests {
     #[test]
     fn documents_name_every_kind_with_its_gvk_and_field_validation() {
         let registry = Registry::builtin().unwrap();
-        assert_eq!(schema_name("cluster.x-k8s.io", "v1beta1", "Cluster"), "io.x-k8s.cluster.v1beta1.Cluster");
+        assert_eq!(
+            schema_name("cluster.x-k8s.io", "v1beta1", "Cluster"),
+            "io.x-k8s.cluster.v1beta1.Cluster"
+        );
         let root = root(&registry);
-        assert!(root["paths"]["apis/metal3.io/v1alpha1"]["serverRelativeURL"].as_str().unwrap().contains("?hash="));
+        assert!(
+            root["paths"]["apis/metal3.io/v1alpha1"]["serverRelativeURL"]
+                .as_str()
+                .unwrap()
+                .contains("?hash=")
+        );
         let doc = group_version(&registry, "metal3.io", "v1alpha1");
         let bmh = &doc["components"]["schemas"]["io.metal3.v1alpha1.BareMetalHost"];
-        assert_eq!(bmh["x-kubernetes-group-version-kind"][0]["kind"], "BareMetalHost");
-        let patch = &doc["paths"]["/apis/metal3.io/v1alpha1/namespaces/{namespace}/baremetalhosts/{name}"]["patch"];
-        assert!(patch["parameters"].as_array().unwrap().iter().any(|p| p["name"] == "fieldValidation"));
+        assert_eq!(
+            bmh["x-kubernetes-group-version-kind"][0]["kind"],
+            "BareMetalHost"
+        );
+        let patch = &doc["paths"]["/apis/metal3.io/v1alpha1/namespaces/{namespace}/baremetalhosts/{name}"]
+            ["patch"];
+        assert!(
+            patch["parameters"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p["name"] == "fieldValidation")
+        );
     }
 }

@@ -53,7 +53,11 @@ impl Served {
 
 /// `group/version`, or the version alone for the core group.
 pub fn api_version(group: &str, version: &str) -> String {
-    if group.is_empty() { version.to_owned() } else { format!("{group}/{version}") }
+    if group.is_empty() {
+        version.to_owned()
+    } else {
+        format!("{group}/{version}")
+    }
 }
 
 /// All served kinds, by (group, plural).
@@ -74,14 +78,15 @@ impl Registry {
     pub fn builtin() -> Result<Self, RegistryError> {
         let mut registry = Self::default();
         for crd in builtin_crds() {
-            registry.insert(CrdInfo::from_value(&crd)?);
+            registry.insert(parse_builtin(&crd)?);
         }
         Ok(registry)
     }
 
     /// Serves (or replaces) a kind.
     pub fn insert(&mut self, crd: CrdInfo) {
-        self.kinds.insert((crd.group.clone(), crd.plural.clone()), Arc::new(crd));
+        self.kinds
+            .insert((crd.group.clone(), crd.plural.clone()), Arc::new(crd));
     }
 
     /// Stops serving a kind defined by a stored CRD, restoring the built-in definition if there is one.
@@ -89,7 +94,7 @@ impl Registry {
         self.kinds.remove(&(group.to_owned(), plural.to_owned()));
         if let Some(builtin) = builtin_crds()
             .into_iter()
-            .filter_map(|v| CrdInfo::from_value(&v).ok())
+            .filter_map(|v| parse_builtin(&v).ok())
             .find(|c| c.group == group && c.plural == plural)
         {
             self.insert(builtin);
@@ -109,7 +114,9 @@ impl Registry {
     /// Resolves by kind (for `capstan get KIND`, short names and singular names too).
     pub fn resolve_name(&self, name: &str) -> Option<Served> {
         let lower = name.to_ascii_lowercase();
-        let (short, group) = lower.split_once('.').map_or((lower.as_str(), None), |(s, g)| (s, Some(g)));
+        let (short, group) = lower
+            .split_once('.')
+            .map_or((lower.as_str(), None), |(s, g)| (s, Some(g)));
         let crd = self.kinds.values().find(|c| {
             group.is_none_or(|g| c.group == g)
                 && (c.plural == short
@@ -117,7 +124,11 @@ impl Registry {
                     || c.kind.to_ascii_lowercase() == short
                     || c.short_names.iter().any(|s| s == short))
         })?;
-        let version = crd.storage_version().or_else(|| crd.served_versions().next())?.name.clone();
+        let version = crd
+            .storage_version()
+            .or_else(|| crd.served_versions().next())?
+            .name
+            .clone();
         Some(Served {
             crd: crd.clone(),
             version,
@@ -150,16 +161,37 @@ impl Registry {
     }
 }
 
+/// Parses a synthesised CRD. CRDs cannot name the core group (its name is empty), so core kinds are
+/// parsed under a placeholder group that is then cleared.
+fn parse_builtin(crd: &Value) -> Result<CrdInfo, RegistryError> {
+    if crd["spec"]["group"].as_str().is_some_and(str::is_empty) {
+        let mut placeholder = crd.clone();
+        placeholder["spec"]["group"] = json!("core");
+        let mut info = CrdInfo::from_value(&placeholder)?;
+        info.group = String::new();
+        info.definition = crd.clone();
+        return Ok(info);
+    }
+    Ok(CrdInfo::from_value(crd)?)
+}
+
 /// Printer columns for the built-in kinds, so `kubectl get` shows state at a glance.
 fn printer_columns(kind: &str) -> Vec<Value> {
-    let col = |name: &str, type_: &str, path: &str, priority: i32| {
-        json!({"name": name, "type": type_, "jsonPath": path, "priority": priority})
-    };
-    let cluster = col("Cluster", "string", ".metadata.labels['cluster\\.x-k8s\\.io/cluster-name']", 0);
+    let col = |name: &str, type_: &str, path: &str, priority: i32| json!({"name": name, "type": type_, "jsonPath": path, "priority": priority});
+    let cluster = col(
+        "Cluster",
+        "string",
+        ".metadata.labels['cluster\\.x-k8s\\.io/cluster-name']",
+        0,
+    );
     let cluster_from_spec = col("Cluster", "string", ".spec.clusterName", 0);
     let age = col("Age", "date", ".metadata.creationTimestamp", 0);
     match kind {
-        "Cluster" => vec![col("Phase", "string", ".status.phase", 0), col("Paused", "boolean", ".spec.paused", 1), age],
+        "Cluster" => vec![
+            col("Phase", "string", ".status.phase", 0),
+            col("Paused", "boolean", ".spec.paused", 1),
+            age,
+        ],
         "Machine" => vec![
             cluster_from_spec,
             col("NodeName", "string", ".status.nodeRef.name", 0),
@@ -193,14 +225,44 @@ fn printer_columns(kind: &str) -> Vec<Value> {
             col("BMC", "string", ".spec.bmc.address", 1),
             col("Hardware", "string", ".status.hardwareProfile", 1),
         ],
-        "Metal3Machine" => vec![cluster, col("Provider ID", "string", ".spec.providerID", 0), col("Ready", "boolean", ".status.ready", 0), age],
-        "Metal3Cluster" => vec![cluster, col("Ready", "boolean", ".status.ready", 0), col("Endpoint", "string", ".spec.controlPlaneEndpoint.host", 0), age],
-        "IPPool" => vec![col("Cluster", "string", ".spec.clusterName", 0), col("Prefix", "string", ".spec.namePrefix", 0), age],
-        "IPClaim" => vec![col("Pool", "string", ".spec.pool.name", 0), col("Address", "string", ".status.address.name", 0), col("Error", "string", ".status.errorMessage", 0), age],
-        "IPAddress" => vec![col("Address", "string", ".spec.address", 0), col("Pool", "string", ".spec.pool.name", 0), col("Claim", "string", ".spec.claim.name", 0), age],
+        "Metal3Machine" => vec![
+            cluster,
+            col("Provider ID", "string", ".spec.providerID", 0),
+            col("Ready", "boolean", ".status.ready", 0),
+            age,
+        ],
+        "Metal3Cluster" => vec![
+            cluster,
+            col("Ready", "boolean", ".status.ready", 0),
+            col("Endpoint", "string", ".spec.controlPlaneEndpoint.host", 0),
+            age,
+        ],
+        "IPPool" => vec![
+            col("Cluster", "string", ".spec.clusterName", 0),
+            col("Prefix", "string", ".spec.namePrefix", 0),
+            age,
+        ],
+        "IPClaim" => vec![
+            col("Pool", "string", ".spec.pool.name", 0),
+            col("Address", "string", ".status.address.name", 0),
+            col("Error", "string", ".status.errorMessage", 0),
+            age,
+        ],
+        "IPAddress" => vec![
+            col("Address", "string", ".spec.address", 0),
+            col("Pool", "string", ".spec.pool.name", 0),
+            col("Claim", "string", ".spec.claim.name", 0),
+            age,
+        ],
         "ClusterResourceSet" => vec![col("Strategy", "string", ".spec.strategy", 0), age],
         "Secret" => vec![col("Type", "string", ".type", 0), age],
-        "Event" => vec![col("Type", "string", ".type", 0), col("Reason", "string", ".reason", 0), col("Object", "string", ".involvedObject.name", 0), col("Message", "string", ".message", 0), age],
+        "Event" => vec![
+            col("Type", "string", ".type", 0),
+            col("Reason", "string", ".reason", 0),
+            col("Object", "string", ".involvedObject.name", 0),
+            col("Message", "string", ".message", 0),
+            age,
+        ],
         "Namespace" => vec![col("Status", "string", ".status.phase", 0), age],
         "Lease" => vec![col("Holder", "string", ".spec.holderIdentity", 0), age],
         _ => vec![age],
@@ -209,8 +271,10 @@ fn printer_columns(kind: &str) -> Vec<Value> {
 
 /// Kinds whose objects have a `status` subresource.
 fn has_status_subresource(info: &KindInfo) -> bool {
-    !matches!(info.kind, "Secret" | "ConfigMap" | "Event" | "ClusterResourceSetBinding")
-        && !info.kind.ends_with("Template")
+    !matches!(
+        info.kind,
+        "Secret" | "ConfigMap" | "Event" | "ClusterResourceSetBinding"
+    ) && !info.kind.ends_with("Template")
         && !matches!(info.group, "cilium.io")
 }
 
@@ -297,7 +361,11 @@ const PLATFORM_KINDS: &[KindInfo] = &[
 
 /// The synthesised CRDs of every built-in kind (what `capstan crds` prints for the platform kinds).
 pub fn builtin_crds() -> Vec<Value> {
-    KINDS.iter().chain(PLATFORM_KINDS).map(synthesised_crd).collect()
+    KINDS
+        .iter()
+        .chain(PLATFORM_KINDS)
+        .map(synthesised_crd)
+        .collect()
 }
 
 #[cfg(test)]
@@ -307,13 +375,21 @@ mod tests {
     #[test]
     fn builtins_resolve_by_path_and_name() {
         let r = Registry::builtin().unwrap();
-        let c = r.resolve("cluster.x-k8s.io", "v1beta1", "clusters").unwrap();
+        let c = r
+            .resolve("cluster.x-k8s.io", "v1beta1", "clusters")
+            .unwrap();
         assert_eq!(c.storage_version(), "v1beta2");
         assert!(c.has_status() && c.namespaced());
-        assert!(r.resolve("cluster.x-k8s.io", "v1alpha3", "clusters").is_none());
+        assert!(
+            r.resolve("cluster.x-k8s.io", "v1alpha3", "clusters")
+                .is_none()
+        );
         assert_eq!(r.resolve_name("bmh").unwrap().crd.kind, "BareMetalHost");
         assert_eq!(r.resolve_name("secrets").unwrap().crd.group, "");
         assert!(!r.resolve("", "v1", "secrets").unwrap().has_status());
-        assert_eq!(r.groups()["cluster.x-k8s.io"], vec!["v1beta2".to_owned(), "v1beta1".to_owned()]);
+        assert_eq!(
+            r.groups()["cluster.x-k8s.io"],
+            vec!["v1beta2".to_owned(), "v1beta1".to_owned()]
+        );
     }
 }

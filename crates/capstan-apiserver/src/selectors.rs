@@ -42,7 +42,11 @@ fn split_top_level(text: &str) -> Vec<&str> {
         }
     }
     parts.push(&text[start..]);
-    parts.into_iter().map(str::trim).filter(|p| !p.is_empty()).collect()
+    parts
+        .into_iter()
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .collect()
 }
 
 fn set_values(text: &str, original: &str) -> Result<Vec<String>, SelectorError> {
@@ -54,7 +58,11 @@ fn set_values(text: &str, original: &str) -> Result<Vec<String>, SelectorError> 
             text: original.to_owned(),
             problem: "expected a parenthesised value list".into(),
         })?;
-    Ok(inner.split(',').map(|v| v.trim().to_owned()).filter(|v| !v.is_empty()).collect())
+    Ok(inner
+        .split(',')
+        .map(|v| v.trim().to_owned())
+        .filter(|v| !v.is_empty())
+        .collect())
 }
 
 impl LabelSelector {
@@ -69,21 +77,38 @@ impl LabelSelector {
             if let Some(key) = part.strip_prefix('!') {
                 reqs.push(LabelRequirement::DoesNotExist(key.trim().to_owned()));
             } else if let Some((k, v)) = part.split_once("!=") {
-                reqs.push(LabelRequirement::NotEquals(k.trim().to_owned(), v.trim().to_owned()));
+                reqs.push(LabelRequirement::NotEquals(
+                    k.trim().to_owned(),
+                    v.trim().to_owned(),
+                ));
             } else if let Some((k, v)) = part.split_once("==") {
-                reqs.push(LabelRequirement::Equals(k.trim().to_owned(), v.trim().to_owned()));
+                reqs.push(LabelRequirement::Equals(
+                    k.trim().to_owned(),
+                    v.trim().to_owned(),
+                ));
             } else if let Some((k, v)) = part.split_once('=') {
-                reqs.push(LabelRequirement::Equals(k.trim().to_owned(), v.trim().to_owned()));
+                reqs.push(LabelRequirement::Equals(
+                    k.trim().to_owned(),
+                    v.trim().to_owned(),
+                ));
             } else if let Some(idx) = part.find(" notin ") {
                 let values = set_values(&part[idx + 7..], text)?;
-                reqs.push(LabelRequirement::NotIn(part[..idx].trim().to_owned(), values));
+                reqs.push(LabelRequirement::NotIn(
+                    part[..idx].trim().to_owned(),
+                    values,
+                ));
             } else if let Some(idx) = part.find(" in ") {
                 let values = set_values(&part[idx + 4..], text)?;
                 reqs.push(LabelRequirement::In(part[..idx].trim().to_owned(), values));
-            } else if part.chars().all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c)) {
+            } else if part
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
+            {
                 reqs.push(LabelRequirement::Exists(part.to_owned()));
             } else {
-                return Err(err("expected key, key=value, key!=value, key in (..), key notin (..) or !key"));
+                return Err(err(
+                    "expected key, key=value, key!=value, key in (..), key notin (..) or !key",
+                ));
             }
         }
         Ok(Self(reqs))
@@ -172,15 +197,34 @@ mod tests {
     use super::*;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
     }
 
     #[test]
     fn label_selector_forms() {
-        let sel = LabelSelector::parse("env=prod,tier!=web,app in (a, b),!legacy,cluster.x-k8s.io/cluster-name").unwrap();
-        assert!(sel.matches(&labels(&[("env", "prod"), ("app", "b"), ("cluster.x-k8s.io/cluster-name", "c")])));
-        assert!(!sel.matches(&labels(&[("env", "prod"), ("app", "c"), ("cluster.x-k8s.io/cluster-name", "c")])));
-        assert!(!sel.matches(&labels(&[("env", "prod"), ("app", "a"), ("legacy", "1"), ("cluster.x-k8s.io/cluster-name", "c")])));
+        let sel = LabelSelector::parse(
+            "env=prod,tier!=web,app in (a, b),!legacy,cluster.x-k8s.io/cluster-name",
+        )
+        .unwrap();
+        assert!(sel.matches(&labels(&[
+            ("env", "prod"),
+            ("app", "b"),
+            ("cluster.x-k8s.io/cluster-name", "c")
+        ])));
+        assert!(!sel.matches(&labels(&[
+            ("env", "prod"),
+            ("app", "c"),
+            ("cluster.x-k8s.io/cluster-name", "c")
+        ])));
+        assert!(!sel.matches(&labels(&[
+            ("env", "prod"),
+            ("app", "a"),
+            ("legacy", "1"),
+            ("cluster.x-k8s.io/cluster-name", "c")
+        ])));
         let notin = LabelSelector::parse("app notin (a,b)").unwrap();
         assert!(notin.matches(&labels(&[])));
         assert!(!notin.matches(&labels(&[("app", "a")])));
@@ -191,8 +235,16 @@ mod tests {
     #[test]
     fn field_selector_forms() {
         let obj = serde_json::json!({"metadata": {"name": "x", "namespace": "d"}, "status": {"phase": "Running"}});
-        assert!(FieldSelector::parse("metadata.name=x,status.phase!=Pending").unwrap().matches(&obj));
-        assert!(!FieldSelector::parse("metadata.namespace==e").unwrap().matches(&obj));
+        assert!(
+            FieldSelector::parse("metadata.name=x,status.phase!=Pending")
+                .unwrap()
+                .matches(&obj)
+        );
+        assert!(
+            !FieldSelector::parse("metadata.namespace==e")
+                .unwrap()
+                .matches(&obj)
+        );
         assert!(FieldSelector::parse("spec.missing=").unwrap().matches(&obj));
         assert!(FieldSelector::parse("nonsense").is_err());
     }

@@ -54,15 +54,21 @@ pub async fn serve_tls(
                 }
                 Err(_) => return,
             };
-            let has_certificate = tls.get_ref().1.peer_certificates().is_some_and(|c| !c.is_empty());
-            let service = tower::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
-                if has_certificate {
-                    request.extensions_mut().insert(ClientCertificate);
-                }
-                router.clone().oneshot(request.map(axum::body::Body::new))
-            });
+            let has_certificate = tls
+                .get_ref()
+                .1
+                .peer_certificates()
+                .is_some_and(|c| !c.is_empty());
+            let service =
+                tower::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
+                    if has_certificate {
+                        request.extensions_mut().insert(ClientCertificate);
+                    }
+                    router.clone().oneshot(request.map(axum::body::Body::new))
+                });
             let builder = Builder::new(TokioExecutor::new());
-            let connection = builder.serve_connection(TokioIo::new(tls), TowerToHyperService::new(service));
+            let connection =
+                builder.serve_connection(TokioIo::new(tls), TowerToHyperService::new(service));
             tokio::pin!(connection);
             let stopping = async move {
                 // Only the wake-up matters; the guard must not live across an await.

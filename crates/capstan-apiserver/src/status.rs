@@ -19,15 +19,34 @@ pub struct Cause {
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     #[error("{resource} \"{name}\" not found")]
-    NotFound { group: String, resource: String, name: String },
+    NotFound {
+        group: String,
+        resource: String,
+        name: String,
+    },
     #[error("the server could not find the requested resource")]
     NoSuchResource,
     #[error("{resource} \"{name}\" already exists")]
-    AlreadyExists { group: String, resource: String, name: String },
+    AlreadyExists {
+        group: String,
+        resource: String,
+        name: String,
+    },
     #[error("Operation cannot be fulfilled on {resource} \"{name}\": {message}")]
-    Conflict { group: String, resource: String, name: String, message: String },
+    Conflict {
+        group: String,
+        resource: String,
+        name: String,
+        message: String,
+    },
     #[error("{kind} \"{name}\" is invalid: {summary}")]
-    Invalid { group: String, kind: String, name: String, summary: String, causes: Vec<Cause> },
+    Invalid {
+        group: String,
+        kind: String,
+        name: String,
+        summary: String,
+        causes: Vec<Cause>,
+    },
     #[error("{0}")]
     BadRequest(String),
     #[error("too old resource version: {0}")]
@@ -86,10 +105,29 @@ impl ApiError {
             "code": self.code().as_u16(),
         });
         let details = match self {
-            Self::NotFound { group, resource, name }
-            | Self::AlreadyExists { group, resource, name }
-            | Self::Conflict { group, resource, name, .. } => Some(json!({"name": name, "group": group, "kind": resource})),
-            Self::Invalid { group, kind, name, causes, .. } => Some(json!({
+            Self::NotFound {
+                group,
+                resource,
+                name,
+            }
+            | Self::AlreadyExists {
+                group,
+                resource,
+                name,
+            }
+            | Self::Conflict {
+                group,
+                resource,
+                name,
+                ..
+            } => Some(json!({"name": name, "group": group, "kind": resource})),
+            Self::Invalid {
+                group,
+                kind,
+                name,
+                causes,
+                ..
+            } => Some(json!({
                 "name": name, "group": group, "kind": kind,
                 "causes": causes.iter().map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field})).collect::<Vec<_>>(),
             })),
@@ -138,11 +176,17 @@ impl From<capstan_store::StoreError> for ApiError {
 }
 
 fn group_of_resource(resource: &str) -> String {
-    resource.split_once('/').map(|(g, _)| g.to_owned()).unwrap_or_default()
+    resource
+        .split_once('/')
+        .map(|(g, _)| g.to_owned())
+        .unwrap_or_default()
 }
 
 fn plural_of_resource(resource: &str) -> String {
-    resource.split_once('/').map_or(resource, |(_, p)| p).to_owned()
+    resource
+        .split_once('/')
+        .map_or(resource, |(_, p)| p)
+        .to_owned()
 }
 
 /// A successful `Status` (deletions of objects without finalizers answer with this on collections).

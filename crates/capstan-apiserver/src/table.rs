@@ -9,7 +9,11 @@ pub use capstan_schema::PrinterColumn;
 /// `.a[?(@.type=="Ready")].status`. Returns every match.
 pub fn eval_json_path<'a>(value: &'a Value, path: &str) -> Vec<&'a Value> {
     let mut current = vec![value];
-    let mut rest = path.trim().trim_start_matches('{').trim_end_matches('}').trim_start_matches('$');
+    let mut rest = path
+        .trim()
+        .trim_start_matches('{')
+        .trim_end_matches('}')
+        .trim_start_matches('$');
     while !rest.is_empty() {
         if let Some(after) = rest.strip_prefix('.') {
             let end = after.find(['.', '[']).unwrap_or(after.len());
@@ -17,15 +21,26 @@ pub fn eval_json_path<'a>(value: &'a Value, path: &str) -> Vec<&'a Value> {
             current = current.into_iter().filter_map(|v| v.get(key)).collect();
             rest = &after[end..];
         } else if let Some(after) = rest.strip_prefix('[') {
-            let Some(end) = after.find(']') else { return Vec::new() };
+            let Some(end) = after.find(']') else {
+                return Vec::new();
+            };
             let selector = &after[..end];
             rest = &after[end + 1..];
             current = if selector == "*" {
-                current.into_iter().filter_map(Value::as_array).flatten().collect()
+                current
+                    .into_iter()
+                    .filter_map(Value::as_array)
+                    .flatten()
+                    .collect()
             } else if let Ok(index) = selector.parse::<usize>() {
                 current.into_iter().filter_map(|v| v.get(index)).collect()
-            } else if let Some(filter) = selector.strip_prefix("?(@.").and_then(|f| f.strip_suffix(')')) {
-                let Some((field, expected)) = filter.split_once("==") else { return Vec::new() };
+            } else if let Some(filter) = selector
+                .strip_prefix("?(@.")
+                .and_then(|f| f.strip_suffix(')'))
+            {
+                let Some((field, expected)) = filter.split_once("==") else {
+                    return Vec::new();
+                };
                 let expected = expected.trim().trim_matches(['"', '\'']);
                 current
                     .into_iter()
@@ -45,7 +60,9 @@ pub fn eval_json_path<'a>(value: &'a Value, path: &str) -> Vec<&'a Value> {
 
 /// `kubectl`-style age: `45s`, `12m`, `5h`, `3d`.
 pub fn age(created: &str) -> String {
-    let Ok(created) = created.parse::<jiff::Timestamp>() else { return "<unknown>".into() };
+    let Ok(created) = created.parse::<jiff::Timestamp>() else {
+        return "<unknown>".into();
+    };
     let seconds = jiff::Timestamp::now().as_second() - created.as_second();
     let seconds = seconds.max(0);
     match seconds {
@@ -67,8 +84,15 @@ fn cell(value: Option<&&Value>, type_: &str) -> Value {
 }
 
 /// Builds the Table for `objects`.
-pub fn table(objects: &[Value], columns: &[PrinterColumn], resource_version: &str, continue_token: Option<&str>) -> Value {
-    let mut definitions = vec![json!({"name": "Name", "type": "string", "format": "name", "description": "Name must be unique within a namespace.", "priority": 0})];
+pub fn table(
+    objects: &[Value],
+    columns: &[PrinterColumn],
+    resource_version: &str,
+    continue_token: Option<&str>,
+) -> Value {
+    let mut definitions = vec![
+        json!({"name": "Name", "type": "string", "format": "name", "description": "Name must be unique within a namespace.", "priority": 0}),
+    ];
     for c in columns {
         definitions.push(json!({"name": c.name, "type": c.column_type, "format": c.format.clone().unwrap_or_default(), "description": c.description.clone().unwrap_or_default(), "priority": c.priority}));
     }
@@ -119,15 +143,23 @@ mod tests {
         let v = json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}, {"type": "X", "status": "False"}]},
                        "spec": {"items": [{"n": 1}, {"n": 2}]}});
         assert_eq!(eval_json_path(&v, ".status.phase"), vec![&json!("Running")]);
-        assert_eq!(eval_json_path(&v, r#".status.conditions[?(@.type=="Ready")].status"#), vec![&json!("True")]);
-        assert_eq!(eval_json_path(&v, ".spec.items[*].n"), vec![&json!(1), &json!(2)]);
+        assert_eq!(
+            eval_json_path(&v, r#".status.conditions[?(@.type=="Ready")].status"#),
+            vec![&json!("True")]
+        );
+        assert_eq!(
+            eval_json_path(&v, ".spec.items[*].n"),
+            vec![&json!(1), &json!(2)]
+        );
         assert_eq!(eval_json_path(&v, ".spec.items[1].n"), vec![&json!(2)]);
         assert!(eval_json_path(&v, ".nope.x").is_empty());
     }
 
     #[test]
     fn tables_have_name_columns_and_age() {
-        let objects = vec![json!({"metadata": {"name": "a", "creationTimestamp": "2020-01-01T00:00:00Z"}, "status": {"phase": "Provisioned"}})];
+        let objects = vec![
+            json!({"metadata": {"name": "a", "creationTimestamp": "2020-01-01T00:00:00Z"}, "status": {"phase": "Provisioned"}}),
+        ];
         let cols = vec![PrinterColumn {
             name: "Phase".into(),
             column_type: "string".into(),

@@ -29,10 +29,18 @@ pub struct ResourcePath {
 
 /// Parses a request path. `None` for paths that are not API paths.
 pub fn parse(path: &str) -> Option<Target> {
-    let segments: Vec<&str> = path.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
+    let segments: Vec<&str> = path
+        .trim_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
     let (group, version, rest) = match segments.as_slice() {
         ["api"] | ["apis"] => return Some(Target::Root),
-        ["apis", group] => return Some(Target::Group { group: (*group).to_owned() }),
+        ["apis", group] => {
+            return Some(Target::Group {
+                group: (*group).to_owned(),
+            });
+        }
         ["api", version, rest @ ..] => (String::new(), (*version).to_owned(), rest),
         ["apis", group, version, rest @ ..] => ((*group).to_owned(), (*version).to_owned(), rest),
         _ => return None,
@@ -41,17 +49,18 @@ pub fn parse(path: &str) -> Option<Target> {
         ["watch", rest @ ..] => (true, rest),
         rest => (false, rest),
     };
-    let resource = |plural: &str, namespace: Option<&str>, name: Option<&str>, sub: Option<&str>| {
-        Some(Target::Resource(ResourcePath {
-            group: group.clone(),
-            version: version.clone(),
-            plural: plural.to_owned(),
-            namespace: namespace.map(str::to_owned),
-            name: name.map(str::to_owned),
-            subresource: sub.map(str::to_owned),
-            watch_prefix,
-        }))
-    };
+    let resource =
+        |plural: &str, namespace: Option<&str>, name: Option<&str>, sub: Option<&str>| {
+            Some(Target::Resource(ResourcePath {
+                group: group.clone(),
+                version: version.clone(),
+                plural: plural.to_owned(),
+                namespace: namespace.map(str::to_owned),
+                name: name.map(str::to_owned),
+                subresource: sub.map(str::to_owned),
+                watch_prefix,
+            }))
+        };
     match rest {
         [] if !watch_prefix => Some(Target::GroupVersion { group, version }),
         // The Namespace object itself and its subresources.
@@ -82,17 +91,42 @@ mod tests {
     #[test]
     fn paths() {
         assert_eq!(parse("/api"), Some(Target::Root));
-        assert_eq!(parse("/apis/cluster.x-k8s.io"), Some(Target::Group { group: "cluster.x-k8s.io".into() }));
+        assert_eq!(
+            parse("/apis/cluster.x-k8s.io"),
+            Some(Target::Group {
+                group: "cluster.x-k8s.io".into()
+            })
+        );
         assert_eq!(
             parse("/apis/metal3.io/v1alpha1"),
-            Some(Target::GroupVersion { group: "metal3.io".into(), version: "v1alpha1".into() })
+            Some(Target::GroupVersion {
+                group: "metal3.io".into(),
+                version: "v1alpha1".into()
+            })
         );
         let r = res("/apis/metal3.io/v1alpha1/namespaces/default/baremetalhosts/h0/status");
-        assert_eq!((r.namespace.as_deref(), r.name.as_deref(), r.subresource.as_deref()), (Some("default"), Some("h0"), Some("status")));
+        assert_eq!(
+            (
+                r.namespace.as_deref(),
+                r.name.as_deref(),
+                r.subresource.as_deref()
+            ),
+            (Some("default"), Some("h0"), Some("status"))
+        );
         let ns = res("/api/v1/namespaces/default");
-        assert_eq!((ns.plural.as_str(), ns.name.as_deref(), ns.namespace), ("namespaces", Some("default"), None));
+        assert_eq!(
+            (ns.plural.as_str(), ns.name.as_deref(), ns.namespace),
+            ("namespaces", Some("default"), None)
+        );
         let nss = res("/api/v1/namespaces/kube-system/status");
-        assert_eq!((nss.plural.as_str(), nss.name.as_deref(), nss.subresource.as_deref()), ("namespaces", Some("kube-system"), Some("status")));
+        assert_eq!(
+            (
+                nss.plural.as_str(),
+                nss.name.as_deref(),
+                nss.subresource.as_deref()
+            ),
+            ("namespaces", Some("kube-system"), Some("status"))
+        );
         let secrets = res("/api/v1/namespaces/default/secrets");
         assert_eq!((secrets.plural.as_str(), secrets.name), ("secrets", None));
         let all = res("/apis/cluster.x-k8s.io/v1beta1/clusters");

@@ -2,7 +2,10 @@
 //! first start, an admin bearer token, an admin client certificate, and the admin kubeconfig. Everything
 //! is written with owner-only permissions and reused on later starts.
 
-use rcgen::{BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType};
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, SanType,
+};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -11,7 +14,10 @@ use std::sync::Arc;
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
     #[error("{path}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("generating a certificate")]
     Generate(#[from] rcgen::Error),
     #[error("TLS configuration")]
@@ -66,9 +72,11 @@ pub fn create_private_dir(path: &Path) -> Result<(), TlsError> {
         path: path.to_path_buf(),
         source,
     })?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700)).map_err(|source| TlsError::Io {
-        path: path.to_path_buf(),
-        source,
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700)).map_err(|source| {
+        TlsError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
     })
 }
 
@@ -84,7 +92,11 @@ impl Credentials {
             let mut params = CertificateParams::new(Vec::<String>::new())?;
             params.distinguished_name = name("capstan-ca");
             params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-            params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+            params.key_usages = vec![
+                KeyUsagePurpose::KeyCertSign,
+                KeyUsagePurpose::CrlSign,
+                KeyUsagePurpose::DigitalSignature,
+            ];
             params.not_after = rcgen::date_time_ymd(2036, 1, 1);
             let cert = params.self_signed(&key)?;
             write_private(&ca_key, &key.serialize_pem())?;
@@ -180,9 +192,12 @@ impl Credentials {
             })?;
             roots.add(ca)?;
         }
-        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-            .allow_unauthenticated()
-            .build()?;
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            Arc::new(roots),
+            provider.clone(),
+        )
+        .allow_unauthenticated()
+        .build()?;
         let mut config = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()?
             .with_client_cert_verifier(verifier)

@@ -1,0 +1,396 @@
+//! kubectl against the API server, in-process over real TLS: discovery (`api-resources`), `apply`,
+//! `get` in every output form, label selectors, `describe`, `explain`, `delete`, watches, conflicts and
+//! field validation. kubectl is the real client (preinstalled; 1.27–1.33 are also tried when present).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use capstan_apiserver::conversion::ApiVersionRewrite;
+use capstan_apiserver::tls::Credentials;
+use capstan_apiserver::{ApiServer, Auth};
+use capstan_store::{Store, StoreOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::Arc;
+
+struct Server {
+    _dir: tempfile::TempDir,
+    kubeconfig: PathBuf,
+    url: String,
+    token: String,
+    ca: PathBuf,
+    _runtime: tokio::runtime::Runtime,
+}
+
+fn start() -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let pki = dir.path().join("pki");
+    let creds = Credentials::load_or_create(&pki, &[]).unwrap();
+    let tls = creds.server_config(&pki).unwrap();
+    let store = Store::open(&dir.path().join("state.db"), StoreOptions::default()).unwrap();
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let url = format!("https://{}", listener.local_addr().unwrap());
+    let server = runtime
+        .block_on(ApiServer::new(
+            store,
+            Arc::new(ApiVersionRewrite),
+            Auth {
+                tokens: vec![creds.admin_token.clone()],
+            },
+        ))
+        .unwrap();
+    runtime.spawn(capstan_apiserver::serve::serve_tls(
+        server.router(),
+        listener,
+        tls,
+        std::future::pending(),
+    ));
+    let kubeconfig = dir.path().join("kubeconfig");
+    creds.write_kubeconfig(&kubeconfig, &url).unwrap();
+    let ca = dir.path().join("ca.crt");
+    std::fs::write(&ca, &creds.ca_cert_pem).unwrap();
+    Server {
+        token: creds.admin_token.clone(),
+        _dir: dir,
+        kubeconfig,
+        url,
+        ca,
+        _runtime: runtime,
+    }
+}
+
+fn kubectl_at(binary: &Path, server: &Server, args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(binary)
+        .arg("--kubeconfig")
+        .arg(&server.kubeconfig)
+        .args(args)
+        .env("HOME", server._dir.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl is installed (scripts/test.sh installs what the tests need)");
+    if let Some(input) = stdin {
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+    }
+    drop(child.stdin.take());
+    child.wait_with_output().unwrap()
+}
+
+fn kubectl(server: &Server, args: &[&str], stdin: Option<&str>) -> Output {
+    kubectl_at(Path::new("kubectl"), server, args, stdin)
+}
+
+fn ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "kubectl failed: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+const HOSTS: &str = r#"
+apiVersion: v1
+kind: Secret
+metadata:
+  name: node-0-bmc
+  namespace: default
+type: Opaque
+stringData:
+  username: admin
+  password: s3cret
+---
+apiVersion: metal3.io/v1alpha1
+kind: BareMetalHost
+metadata:
+  name: node-0
+  namespace: default
+  labels:
+    cluster.x-k8s.io/role: control-plane
+spec:
+  online: true
+  bootMACAddress: "52:54:00:00:00:01"
+  bmc:
+    address: redfish-virtualmedia+http://127.0.0.1:8000/redfish/v1/Systems/1
+    credentialsName: node-0-bmc
+---
+apiVersion: metal3.io/v1alpha1
+kind: BareMetalHost
+metadata:
+  name: node-1
+  namespace: default
+  labels:
+    cluster.x-k8s.io/role: worker
+spec:
+  online: false
+  bmc:
+    address: redfish-virtualmedia+http://127.0.0.1:8000/redfish/v1/Systems/2
+    credentialsName: node-0-bmc
+"#;
+
+#[test]
+fn kubectl_works_against_the_embedded_api() {
+    let server = start();
+    let resources = ok(&kubectl(&server, &["api-resources"], None));
+    for expected in [
+        "baremetalhosts",
+        "bmh",
+        "metal3.io/v1alpha1",
+        "clusters",
+        "kubeadmcontrolplanes",
+        "secrets",
+        "ippools",
+    ] {
+        assert!(
+            resources.contains(expected),
+            "api-resources lacks {expected}:\n{resources}"
+        );
+    }
+
+    ok(&kubectl(&server, &["apply", "-f", "-"], Some(HOSTS)));
+    let table = ok(&kubectl(&server, &["get", "bmh"], None));
+    assert!(
+        table.contains("NAME") && table.contains("ONLINE") && table.contains("node-0"),
+        "{table}"
+    );
+    let yaml = ok(&kubectl(
+        &server,
+        &["get", "bmh", "node-0", "-o", "yaml"],
+        None,
+    ));
+    assert!(
+        yaml.contains("bootMACAddress: \"52:54:00:00:00:01\"") && yaml.contains("resourceVersion:"),
+        "{yaml}"
+    );
+    let jsonpath = ok(&kubectl(
+        &server,
+        &["get", "bmh", "-o", "jsonpath={.items[*].metadata.name}"],
+        None,
+    ));
+    assert_eq!(jsonpath.trim(), "node-0 node-1");
+    let selected = ok(&kubectl(
+        &server,
+        &[
+            "get",
+            "bmh",
+            "-l",
+            "cluster.x-k8s.io/role=worker",
+            "-o",
+            "name",
+        ],
+        None,
+    ));
+    assert_eq!(selected.trim(), "baremetalhost.metal3.io/node-1");
+
+    // Re-applying the same manifests changes nothing; a changed one is configured.
+    let again = ok(&kubectl(&server, &["apply", "-f", "-"], Some(HOSTS)));
+    assert!(again.contains("unchanged"), "{again}");
+    let changed = ok(&kubectl(
+        &server,
+        &["apply", "-f", "-"],
+        Some(&HOSTS.replace("online: false", "online: true")),
+    ));
+    assert!(
+        changed.contains("baremetalhost.metal3.io/node-1 configured"),
+        "{changed}"
+    );
+    let generation = ok(&kubectl(
+        &server,
+        &[
+            "get",
+            "bmh",
+            "node-1",
+            "-o",
+            "jsonpath={.metadata.generation}",
+        ],
+        None,
+    ));
+    assert_eq!(generation.trim(), "2");
+
+    let described = ok(&kubectl(&server, &["describe", "bmh", "node-0"], None));
+    assert!(
+        described.contains("node-0") && described.contains("Spec:"),
+        "{described}"
+    );
+
+    ok(&kubectl(&server, &["delete", "bmh", "node-1"], None));
+    let remaining = ok(&kubectl(&server, &["get", "bmh", "-o", "name"], None));
+    assert_eq!(remaining.trim(), "baremetalhost.metal3.io/node-0");
+    let missing = kubectl(&server, &["get", "bmh", "node-1"], None);
+    assert!(!missing.status.success());
+    assert!(
+        String::from_utf8_lossy(&missing.stderr).contains("NotFound")
+            || String::from_utf8_lossy(&missing.stderr).contains("not found")
+    );
+}
+
+#[test]
+fn kubectl_watch_sees_changes_as_they_happen() {
+    let server = start();
+    ok(&kubectl(&server, &["apply", "-f", "-"], Some(HOSTS)));
+    let mut watch = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&server.kubeconfig)
+        .args(["get", "bmh", "-w", "-o", "name"])
+        .env("HOME", server._dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(watch.stdout.take().unwrap()).lines();
+    // The initial state first...
+    let mut seen = vec![
+        lines.next().unwrap().unwrap(),
+        lines.next().unwrap().unwrap(),
+    ];
+    seen.sort();
+    assert_eq!(
+        seen,
+        vec![
+            "baremetalhost.metal3.io/node-0",
+            "baremetalhost.metal3.io/node-1"
+        ]
+    );
+    // ...then a change made after the watch started.
+    ok(&kubectl(
+        &server,
+        &["label", "bmh", "node-0", "rack=r1"],
+        None,
+    ));
+    assert_eq!(
+        lines.next().unwrap().unwrap(),
+        "baremetalhost.metal3.io/node-0"
+    );
+    watch.kill().unwrap();
+    let _ = watch.wait();
+}
+
+#[test]
+fn crds_applied_with_kubectl_are_served_validated_and_explained() {
+    let server = start();
+    let crd_dir =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/reference/crds/metal3");
+    let crd = crd_dir.join("metal3.io_baremetalhosts.yaml");
+    ok(&kubectl(
+        &server,
+        &["apply", "-f", crd.to_str().unwrap()],
+        None,
+    ));
+    // The upstream schema now validates: an unknown field is refused by kubectl's default strict validation.
+    let typo = HOSTS.replace("bootMACAddress", "bootMacAddress");
+    let refused = kubectl(&server, &["apply", "-f", "-"], Some(&typo));
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("bootMacAddress"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    // A wrong type is refused with the field named.
+    let wrong_type = HOSTS.replace("online: true", "online: yes-please");
+    let refused = kubectl(&server, &["apply", "-f", "-"], Some(&wrong_type));
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("spec.online"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    ok(&kubectl(&server, &["apply", "-f", "-"], Some(HOSTS)));
+    let explained = ok(&kubectl(
+        &server,
+        &["explain", "baremetalhost.spec.bmc"],
+        None,
+    ));
+    assert!(explained.contains("credentialsName"), "{explained}");
+}
+
+#[test]
+fn unauthenticated_requests_are_refused_and_conflicts_are_409() {
+    let server = start();
+    let client =
+        |token: Option<&str>, method: &str, path: &str, body: Option<&str>| -> (u16, String) {
+            let mut cmd = Command::new("curl");
+            cmd.args([
+                "-s",
+                "-o",
+                "-",
+                "-w",
+                "\n%{http_code}",
+                "--cacert",
+                server.ca.to_str().unwrap(),
+                "-X",
+                method,
+            ]);
+            if let Some(t) = token {
+                cmd.args(["-H", &format!("Authorization: Bearer {t}")]);
+            }
+            if let Some(b) = body {
+                cmd.args(["-H", "Content-Type: application/json", "--data", b]);
+            }
+            let out = cmd.arg(format!("{}{}", server.url, path)).output().unwrap();
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            let (body, code) = text.rsplit_once('\n').unwrap();
+            (code.parse().unwrap(), body.to_owned())
+        };
+    assert_eq!(
+        client(None, "GET", "/api/v1/namespaces/default/secrets", None).0,
+        401
+    );
+    assert_eq!(
+        client(
+            Some("wrong"),
+            "GET",
+            "/api/v1/namespaces/default/secrets",
+            None
+        )
+        .0,
+        401
+    );
+    assert_eq!(client(None, "GET", "/healthz", None).0, 200);
+    let cm = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c"},"data":{"a":"1"}}"#;
+    let (code, created) = client(
+        Some(&server.token),
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        Some(cm),
+    );
+    assert_eq!(code, 201, "{created}");
+    let created: serde_json::Value = serde_json::from_str(&created).unwrap();
+    let rv = created["metadata"]["resourceVersion"].as_str().unwrap();
+    let update = |value: &str| {
+        format!(
+            r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"c","resourceVersion":"{rv}"}},"data":{{"a":"{value}"}}}}"#
+        )
+    };
+    assert_eq!(
+        client(
+            Some(&server.token),
+            "PUT",
+            "/api/v1/namespaces/default/configmaps/c",
+            Some(&update("2"))
+        )
+        .0,
+        200
+    );
+    let (code, status) = client(
+        Some(&server.token),
+        "PUT",
+        "/api/v1/namespaces/default/configmaps/c",
+        Some(&update("3")),
+    );
+    assert_eq!(code, 409, "{status}");
+    assert!(status.contains("\"reason\":\"Conflict\""));
+}
