@@ -427,3 +427,23 @@ pub fn open_read_only(path: &Path) -> Result<Connection, StoreError> {
         OpenFlags::SQLITE_OPEN_READ_ONLY,
     )?)
 }
+
+/// Writes a consistent snapshot of the store file at `database` to `target` without opening it for
+/// writing: safe while a server is running on it (SQLite gives the copy one read transaction).
+pub fn backup_file(database: &Path, target: &Path) -> Result<(), StoreError> {
+    if !database.exists() {
+        return Err(StoreError::Io {
+            path: database.to_path_buf(),
+            source: std::io::Error::new(std::io::ErrorKind::NotFound, "no store here"),
+        });
+    }
+    if target.exists() {
+        std::fs::remove_file(target).map_err(|source| StoreError::Io {
+            path: target.to_path_buf(),
+            source,
+        })?;
+    }
+    let conn = schema::open_reader(database)?;
+    conn.execute("VACUUM INTO ?1", [target.to_string_lossy().into_owned()])?;
+    Ok(())
+}
