@@ -192,6 +192,9 @@ fn admit(
             obj.insert("kind".into(), Value::String(request.kind().to_owned()));
         }
     }
+    if request.group().is_empty() {
+        default_core(request.kind(), object);
+    }
     let Some(schema) = request.served.version().and_then(|v| v.schema.as_ref()) else {
         return Ok(());
     };
@@ -241,6 +244,36 @@ fn admit(
             .join(", "),
         causes,
     })
+}
+
+/// Defaults of the core kinds that clients rely on: a Secret's `stringData` is folded into `data`
+/// (base64) and its `type` defaults to `Opaque`; a Namespace is `Active`.
+fn default_core(kind: &str, object: &mut Value) {
+    let Some(obj) = object.as_object_mut() else {
+        return;
+    };
+    match kind {
+        "Secret" => {
+            if let Some(Value::Object(string_data)) = obj.remove("stringData") {
+                let data = obj.entry("data").or_insert_with(|| json!({}));
+                if let Some(data) = data.as_object_mut() {
+                    for (k, v) in string_data {
+                        let text = v.as_str().map_or_else(|| v.to_string(), str::to_owned);
+                        data.insert(
+                            k,
+                            Value::String(base64::engine::general_purpose::STANDARD.encode(text)),
+                        );
+                    }
+                }
+            }
+            obj.entry("type").or_insert_with(|| json!("Opaque"));
+        }
+        "Namespace" => {
+            obj.entry("status")
+                .or_insert_with(|| json!({"phase": "Active"}));
+        }
+        _ => {}
+    }
 }
 
 /// Dispatches a resource request by method and path shape.

@@ -394,3 +394,36 @@ fn unauthenticated_requests_are_refused_and_conflicts_are_409() {
     assert_eq!(code, 409, "{status}");
     assert!(status.contains("\"reason\":\"Conflict\""));
 }
+
+#[test]
+fn secrets_fold_string_data_and_describe_hides_values() {
+    let server = start();
+    ok(&kubectl(&server, &["apply", "-f", "-"], Some(HOSTS)));
+    let data = ok(&kubectl(
+        &server,
+        &[
+            "get",
+            "secret",
+            "node-0-bmc",
+            "-o",
+            "jsonpath={.data.password}",
+        ],
+        None,
+    ));
+    assert_eq!(data.trim(), "czNjcmV0", "base64 of s3cret");
+    let secret_type = ok(&kubectl(
+        &server,
+        &["get", "secret", "node-0-bmc", "-o", "jsonpath={.type}"],
+        None,
+    ));
+    assert_eq!(secret_type.trim(), "Opaque");
+    let described = ok(&kubectl(
+        &server,
+        &["describe", "secret", "node-0-bmc"],
+        None,
+    ));
+    assert!(
+        !described.contains("s3cret") && !described.contains("czNjcmV0"),
+        "{described}"
+    );
+}

@@ -9,6 +9,7 @@
 //! | 1 | the input was read but is not valid (`lint` found errors, `render` refused the spec) |
 //! | 2 | the input could not be read or parsed, or the command line was wrong |
 
+mod client;
 mod cmd;
 mod output;
 

@@ -221,10 +221,12 @@ impl Store {
         let writes = self.inner.writes.clone();
         // The channel is bounded: a full queue blocks, which is the back-pressure we want, but not on
         // the async runtime's threads.
-        tokio::task::spawn_blocking(move || writes.send(writer::Request { op, reply }).map_err(|_| ()))
-            .await
-            .map_err(|_| StoreError::Closed)?
-            .map_err(|_| StoreError::Closed)?;
+        tokio::task::spawn_blocking(move || {
+            writes.send(writer::Request { op, reply }).map_err(|_| ())
+        })
+        .await
+        .map_err(|_| StoreError::Closed)?
+        .map_err(|_| StoreError::Closed)?;
         answer.await.map_err(|_| StoreError::Closed)?
     }
 
@@ -445,5 +447,12 @@ pub fn backup_file(database: &Path, target: &Path) -> Result<(), StoreError> {
     }
     let conn = schema::open_reader(database)?;
     conn.execute("VACUUM INTO ?1", [target.to_string_lossy().into_owned()])?;
-    Ok(())
+    // The snapshot holds Secrets: owner-only, like the data directory.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(target, std::fs::Permissions::from_mode(0o600)).map_err(|source| {
+        StoreError::Io {
+            path: target.to_path_buf(),
+            source,
+        }
+    })
 }

@@ -276,22 +276,34 @@ async fn a_backup_taken_from_outside_while_writing_is_consistent() {
     let path = dir.path().join("state.db");
     let store = Store::open(&path, StoreOptions::default()).unwrap();
     for i in 0..20 {
-        store.create(key(&format!("b{i}")), obj("b", i)).await.unwrap();
+        store
+            .create(key(&format!("b{i}")), obj("b", i))
+            .await
+            .unwrap();
     }
     let target = dir.path().join("copy.db");
     let writer = {
         let store = store.clone();
         tokio::spawn(async move {
             for i in 20..200 {
-                store.create(key(&format!("b{i}")), obj("b", i)).await.unwrap();
+                store
+                    .create(key(&format!("b{i}")), obj("b", i))
+                    .await
+                    .unwrap();
             }
         })
     };
     let (p, t) = (path.clone(), target.clone());
-    tokio::task::spawn_blocking(move || capstan_store::backup_file(&p, &t)).await.unwrap().unwrap();
+    tokio::task::spawn_blocking(move || capstan_store::backup_file(&p, &t))
+        .await
+        .unwrap()
+        .unwrap();
     writer.await.unwrap();
     let copy = Store::open(&target, StoreOptions::default()).unwrap();
-    let count = copy.count("cluster.x-k8s.io/clusters".into()).await.unwrap();
+    let count = copy
+        .count("cluster.x-k8s.io/clusters".into())
+        .await
+        .unwrap();
     // A prefix of the writes, exactly: every object up to the copy's head, none after.
     assert_eq!(count, copy.head(), "one object per write in this test");
     assert!(count >= 20);

@@ -1,0 +1,247 @@
+//! `capstan get KIND [NAME]`: lists objects as the server's Table (the same columns `kubectl get`
+//! shows), or as YAML, JSON or names; `-w` follows changes.
+
+use crate::client::{self, get_json};
+use crate::output::{Exit, Style};
+use anyhow::Context;
+use futures::{AsyncBufReadExt, TryStreamExt};
+use serde_json::Value;
+use std::path::PathBuf;
+
+/// Output forms.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    Wide,
+    Yaml,
+    Json,
+    Name,
+}
+
+/// Arguments of `capstan get`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Kind, plural, singular or short name (`bmh`, `clusters`, `kcp`).
+    kind: String,
+    /// One object's name.
+    name: Option<String>,
+    /// Output form (default: a table).
+    #[arg(short = 'o', long)]
+    output: Option<Output>,
+    /// Label selector (`key=value,other!=x`).
+    #[arg(short = 'l', long)]
+    selector: Option<String>,
+    /// Namespace.
+    #[arg(short = 'n', long, default_value = "default")]
+    namespace: String,
+    /// All namespaces.
+    #[arg(short = 'A', long)]
+    all_namespaces: bool,
+    /// Follow changes after listing.
+    #[arg(short = 'w', long)]
+    watch: bool,
+    /// Kubeconfig (default: `$KUBECONFIG`, then the data directory's).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// The data directory of `capstan serve`.
+    #[arg(long, env = "CAPSTAN_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+}
+
+const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io, application/json";
+
+fn cell_text(v: &Value) -> String {
+    match v {
+        Value::Null => "<none>".into(),
+        Value::String(s) if s.is_empty() => "<none>".into(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Prints Table rows aligned under their headers.
+fn print_table(table: &Value, wide: bool, all_namespaces: bool, header: bool) {
+    let columns: Vec<(usize, String)> = table["columnDefinitions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .filter(|(_, c)| wide || c["priority"].as_i64().unwrap_or(0) == 0)
+        .map(|(i, c)| {
+            (
+                i,
+                c["name"].as_str().unwrap_or_default().to_ascii_uppercase(),
+            )
+        })
+        .collect();
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    if header {
+        let mut h: Vec<String> = columns.iter().map(|(_, n)| n.clone()).collect();
+        if all_namespaces {
+            h.insert(0, "NAMESPACE".into());
+        }
+        rows.push(h);
+    }
+    for row in table["rows"].as_array().into_iter().flatten() {
+        let cells = row["cells"].as_array().cloned().unwrap_or_default();
+        let mut line: Vec<String> = columns
+            .iter()
+            .map(|(i, _)| cells.get(*i).map_or_else(String::new, cell_text))
+            .collect();
+        if all_namespaces {
+            line.insert(
+                0,
+                row["object"]["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            );
+        }
+        rows.push(line);
+    }
+    let widths: Vec<usize> = (0..rows.first().map_or(0, Vec::len))
+        .map(|c| {
+            rows.iter()
+                .map(|r| r.get(c).map_or(0, |s| s.chars().count()))
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    for row in rows {
+        let line: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect();
+        println!("{}", line.join("   ").trim_end());
+    }
+}
+
+fn print_objects(value: &Value, output: Output, plural: &str, group: &str) -> anyhow::Result<()> {
+    let items: Vec<Value> = match value["items"].as_array() {
+        Some(items) => items.clone(),
+        None => vec![value.clone()],
+    };
+    match output {
+        Output::Name => {
+            for item in items {
+                let resource = if group.is_empty() {
+                    plural.to_owned()
+                } else {
+                    format!("{plural}.{group}")
+                };
+                println!(
+                    "{resource}/{}",
+                    item["metadata"]["name"].as_str().unwrap_or_default()
+                );
+            }
+        }
+        Output::Json => println!("{}", serde_json::to_string_pretty(value)?),
+        Output::Yaml => print!("{}", capstan_manifest::to_yaml(value)),
+        Output::Wide => {}
+    }
+    Ok(())
+}
+
+pub fn run(args: Args, _style: &Style) -> anyhow::Result<Exit> {
+    let kubeconfig = client::kubeconfig_path(
+        args.kubeconfig.as_deref(),
+        &args
+            .data_dir
+            .clone()
+            .unwrap_or_else(client::default_data_dir),
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async {
+        let client = client::connect(&kubeconfig).await?;
+        let resource = client::resolve(&client, &args.kind).await?;
+        let namespace = (!args.all_namespaces).then_some(args.namespace.as_str());
+        let mut path = resource.path(namespace, args.name.as_deref());
+        let mut query = Vec::new();
+        if let Some(sel) = &args.selector {
+            query.push(format!("labelSelector={}", urlencode(sel)));
+        }
+        if !query.is_empty() {
+            path = format!("{path}?{}", query.join("&"));
+        }
+        let table_form = matches!(args.output, None | Some(Output::Wide));
+        let value = get_json(&client, &path, table_form.then_some(TABLE)).await?;
+        if table_form {
+            if value["rows"].as_array().is_some_and(Vec::is_empty) && !args.watch {
+                eprintln!("No resources found.");
+            } else {
+                print_table(
+                    &value,
+                    args.output == Some(Output::Wide),
+                    args.all_namespaces,
+                    true,
+                );
+            }
+        } else if let Some(output) = args.output {
+            print_objects(&value, output, &resource.plural, &resource.group)?;
+        }
+        if !args.watch {
+            return Ok(Exit::Ok);
+        }
+        let rv = value["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap_or("0")
+            .to_owned();
+        let base = resource.path(namespace, None);
+        let mut watch_query = vec![format!("watch=true"), format!("resourceVersion={rv}")];
+        watch_query.extend(query);
+        if let Some(name) = &args.name {
+            watch_query.push(format!("fieldSelector=metadata.name%3D{}", urlencode(name)));
+        }
+        let mut request = http::Request::get(format!("{base}?{}", watch_query.join("&")));
+        if table_form {
+            request = request.header(http::header::ACCEPT, TABLE);
+        }
+        let request = request
+            .body(Vec::new())
+            .context("building the watch request")?;
+        let stream = client
+            .request_stream(request)
+            .await
+            .map_err(client::api_error)?;
+        let mut lines = stream.lines();
+        while let Some(line) = lines.try_next().await.context("reading the watch")? {
+            let Ok(event) = serde_json::from_str::<Value>(&line) else {
+                continue;
+            };
+            match event["type"].as_str() {
+                Some("BOOKMARK") => {}
+                Some("ERROR") => anyhow::bail!(
+                    "the watch ended: {}",
+                    event["object"]["message"].as_str().unwrap_or("error")
+                ),
+                _ if table_form => print_table(
+                    &event["object"],
+                    args.output == Some(Output::Wide),
+                    args.all_namespaces,
+                    false,
+                ),
+                _ => {
+                    if let Some(output) = args.output {
+                        print_objects(&event["object"], output, &resource.plural, &resource.group)?;
+                    }
+                }
+            }
+        }
+        Ok(Exit::Ok)
+    })
+}
+
+/// Percent-encodes a query value.
+pub fn urlencode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}

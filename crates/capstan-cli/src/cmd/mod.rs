@@ -1,0 +1,51 @@
+//! Subcommands, one module each, and the dispatch from the parsed command line.
+
+mod apply;
+mod backup;
+mod delete;
+mod describe;
+pub(crate) mod get;
+mod kubeconfig;
+mod lint;
+mod render;
+mod serve;
+
+use crate::output::{Exit, Style};
+
+/// The subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Render a cluster spec into a complete, apply-ready CAPI + Metal3 bundle.
+    Render(render::Args),
+    /// Check CAPI / Metal3 manifests for the field's known pitfalls.
+    Lint(lint::Args),
+    /// Run the embedded management plane: a Kubernetes-compatible API over SQLite.
+    Serve(serve::Args),
+    /// Print the admin kubeconfig of `capstan serve`.
+    Kubeconfig(kubeconfig::Args),
+    /// Write a consistent snapshot of a running (or stopped) `capstan serve`.
+    Backup(backup::Args),
+    /// Create or update objects from manifests.
+    Apply(apply::Args),
+    /// List objects (a table, or YAML, JSON or names), optionally following changes.
+    Get(get::Args),
+    /// Show an object's spec, status, conditions and recent events.
+    Describe(describe::Args),
+    /// Delete objects.
+    Delete(delete::Args),
+}
+
+/// Runs one subcommand; errors that escape are reported as "could not read" (exit 2).
+pub fn run(command: Command, style: &Style) -> anyhow::Result<Exit> {
+    match command {
+        Command::Render(args) => render::run(args, style),
+        Command::Lint(args) => lint::run(args, style),
+        Command::Serve(args) => serve::run(args, style),
+        Command::Kubeconfig(args) => kubeconfig::run(args),
+        Command::Backup(args) => backup::run(args, style),
+        Command::Apply(args) => apply::run(args, style),
+        Command::Get(args) => get::run(args, style),
+        Command::Describe(args) => describe::run(args, style),
+        Command::Delete(args) => delete::run(args, style),
+    }
+}

@@ -1,0 +1,70 @@
+//! `capstan render SPEC -o DIR`: a cluster spec becomes an apply-ready bundle.
+//!
+//! Nothing is written unless the whole bundle is valid: the spec is loaded and checked, the bundle is
+//! rendered in memory, and only then written (atomically) to the output directory.
+
+use crate::output::{Exit, Style};
+use capstan_render::{CapiVersion, RenderOptions};
+use std::path::PathBuf;
+
+/// Arguments of `capstan render`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The cluster spec (YAML). See docs/spec.md for its format.
+    spec: PathBuf,
+    /// Directory to write the bundle to.
+    #[arg(short = 'o', long = "output-dir")]
+    output_dir: PathBuf,
+    /// API version of the Cluster API and Metal3 infrastructure objects.
+    #[arg(long, value_enum, default_value_t = ApiVersion::V1beta1)]
+    api_version: ApiVersion,
+}
+
+/// `--api-version` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum ApiVersion {
+    V1beta1,
+    V1beta2,
+}
+
+pub fn run(args: Args, style: &Style) -> anyhow::Result<Exit> {
+    let spec = match capstan_render::load_spec(&args.spec) {
+        Ok(spec) => spec,
+        Err(err) => return Ok(report(&err, style)),
+    };
+    let spec_dir = args.spec.parent().map(PathBuf::from).unwrap_or_default();
+    let options = RenderOptions {
+        api_version: match args.api_version {
+            ApiVersion::V1beta1 => CapiVersion::V1beta1,
+            ApiVersion::V1beta2 => CapiVersion::V1beta2,
+        },
+    };
+    let bundle = match capstan_render::render(&spec, &spec_dir, &options) {
+        Ok(bundle) => bundle,
+        Err(err) => return Ok(report(&err, style)),
+    };
+    if let Err(err) = capstan_render::write_bundle(&bundle, &args.output_dir) {
+        return Ok(report(&err, style));
+    }
+    for notice in &bundle.notices {
+        eprintln!("{} {notice}", style.warning("note:"));
+    }
+    eprintln!(
+        "{} wrote {} files to {}",
+        style.ok("rendered:"),
+        bundle.files.len(),
+        args.output_dir.display()
+    );
+    println!("# Render the Cilium manifest on your own machine with:");
+    println!("{}", bundle.cilium_install_command);
+    Ok(Exit::Ok)
+}
+
+fn report(err: &capstan_render::RenderError, style: &Style) -> Exit {
+    eprintln!("{} {err}", style.error("error:"));
+    if err.is_unreadable() {
+        Exit::Unreadable
+    } else {
+        Exit::Invalid
+    }
+}

@@ -1,0 +1,122 @@
+//! `capstan serve`: the embedded management plane — a Kubernetes-compatible API over SQLite in one
+//! process, with an admin kubeconfig, until SIGTERM or Ctrl-C.
+
+use crate::output::{Exit, Style};
+use anyhow::Context;
+use capstan_apiserver::tls::Credentials;
+use capstan_apiserver::{ApiServer, Auth};
+use capstan_store::{Store, StoreOptions};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Arguments of `capstan serve`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Where state, certificates and the kubeconfig live (created with owner-only permissions).
+    #[arg(long, env = "CAPSTAN_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Address to listen on (HTTPS).
+    #[arg(long, default_value = "127.0.0.1:6443")]
+    listen: SocketAddr,
+    /// Extra names or addresses the serving certificate must be valid for.
+    #[arg(long = "tls-san", value_name = "NAME")]
+    tls_sans: Vec<String>,
+    /// Start from a snapshot made by `capstan backup` (only when the data directory has no state yet).
+    #[arg(long, value_name = "FILE")]
+    restore_from: Option<PathBuf>,
+}
+
+pub fn run(args: Args, style: &Style) -> anyhow::Result<Exit> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(serve(args, style))
+}
+
+async fn serve(args: Args, style: &Style) -> anyhow::Result<Exit> {
+    let data_dir = args
+        .data_dir
+        .unwrap_or_else(crate::client::default_data_dir);
+    capstan_apiserver::tls::create_private_dir(&data_dir)
+        .with_context(|| format!("creating {}", data_dir.display()))?;
+    let database = data_dir.join("state.db");
+    if let Some(snapshot) = &args.restore_from {
+        if database.exists() {
+            eprintln!(
+                "{} {} already holds state; restore into an empty data directory",
+                style.error("error:"),
+                data_dir.display()
+            );
+            return Ok(Exit::Invalid);
+        }
+        std::fs::copy(snapshot, &database)
+            .with_context(|| format!("restoring {}", snapshot.display()))?;
+    }
+    let store = Store::open(&database, StoreOptions::default())
+        .with_context(|| format!("opening {}", database.display()))?;
+    let pki = data_dir.join("pki");
+    let mut sans = args.tls_sans.clone();
+    if !args.listen.ip().is_unspecified() {
+        sans.push(args.listen.ip().to_string());
+    }
+    let credentials = Credentials::load_or_create(&pki, &sans).context("preparing certificates")?;
+    let tls = credentials
+        .server_config(&pki)
+        .context("TLS configuration")?;
+    let server = ApiServer::new(
+        store,
+        Arc::new(capstan_apiserver::conversion::ApiVersionRewrite),
+        Auth {
+            tokens: vec![credentials.admin_token.clone()],
+        },
+    )
+    .await
+    .context("starting the API")?;
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("listening on {}", args.listen))?;
+    let local = listener
+        .local_addr()
+        .context("reading the listening address")?;
+    let host = if local.ip().is_unspecified() {
+        "127.0.0.1".to_owned()
+    } else {
+        local.ip().to_string()
+    };
+    let url = format!(
+        "https://{}",
+        SocketAddr::new(host.parse().unwrap_or(local.ip()), local.port())
+    );
+    let kubeconfig = data_dir.join("kubeconfig");
+    credentials
+        .write_kubeconfig(&kubeconfig, &url)
+        .context("writing the kubeconfig")?;
+    // One line on stdout when ready: scripts and tests wait for it.
+    println!(
+        "capstan serve: ready at {url} (kubeconfig: {})",
+        kubeconfig.display()
+    );
+    capstan_apiserver::serve::serve_tls(server.router(), listener, tls, shutdown_signal())
+        .await
+        .context("serving")?;
+    eprintln!("capstan serve: stopped");
+    Ok(Exit::Ok)
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminate => {}
+    }
+}

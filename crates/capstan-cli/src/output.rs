@@ -1,0 +1,89 @@
+//! Terminal output shared by the subcommands: colour choice (`--color`, `NO_COLOR`), list formats
+//! (`--output json|yaml`), exit codes, and logging set-up.
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+/// The documented exit codes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// Success.
+    Ok = 0,
+    /// The input was read but is not valid.
+    Invalid = 1,
+    /// The input could not be read or parsed.
+    Unreadable = 2,
+}
+
+impl From<Exit> for ExitCode {
+    fn from(exit: Exit) -> Self {
+        ExitCode::from(exit as u8)
+    }
+}
+
+/// `--color` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ColorChoice {
+    /// Colour when writing to a terminal and `NO_COLOR` is not set.
+    Auto,
+    /// Always colour.
+    Always,
+    /// Never colour.
+    Never,
+}
+
+/// Whether to colour, decided once per run.
+#[derive(Clone, Copy, Debug)]
+pub struct Style {
+    pub color: bool,
+}
+
+impl Style {
+    /// Decides from `--color`, `NO_COLOR` (any non-empty value, per no-color.org) and whether stderr
+    /// is a terminal.
+    pub fn detect(choice: ColorChoice) -> Self {
+        let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+        let color = match choice {
+            ColorChoice::Always => true,
+            ColorChoice::Never => false,
+            ColorChoice::Auto => !no_color && std::io::stderr().is_terminal(),
+        };
+        Self { color }
+    }
+
+    fn paint(&self, code: &str, text: &str) -> String {
+        if self.color {
+            format!("\x1b[{code}m{text}\x1b[0m")
+        } else {
+            text.to_owned()
+        }
+    }
+
+    /// Bold red.
+    pub fn error(&self, text: &str) -> String {
+        self.paint("1;31", text)
+    }
+
+    /// Bold yellow.
+    pub fn warning(&self, text: &str) -> String {
+        self.paint("1;33", text)
+    }
+
+    /// Bold green.
+    pub fn ok(&self, text: &str) -> String {
+        self.paint("1;32", text)
+    }
+}
+
+/// Logs go to stderr, filtered by `CAPSTAN_LOG` (default `warn`), never coloured when `NO_COLOR` is set.
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("CAPSTAN_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let ansi = std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+        && std::io::stderr().is_terminal();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi)
+        .try_init();
+}

@@ -1,0 +1,190 @@
+//! End-to-end tests of the `capstan` binary: the README's main job (`render` then `lint`), exit codes,
+//! determinism, refusal without partial output, machine-readable output and `NO_COLOR`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn capstan(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_capstan"))
+        .args(args)
+        .current_dir(repo_root())
+        .env_remove("NO_COLOR")
+        .output()
+        .expect("run capstan")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Every file below `dir`, by relative path, with its contents.
+fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut files = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                files.insert(
+                    path.strip_prefix(dir).unwrap().to_path_buf(),
+                    std::fs::read(&path).unwrap(),
+                );
+            }
+        }
+    }
+    files
+}
+
+#[test]
+fn render_then_lint_the_examples_is_clean_in_both_api_versions() {
+    for example in ["examples/capi-1.yaml", "examples/super.yaml"] {
+        for version in ["v1beta1", "v1beta2"] {
+            let out = tempfile::tempdir().unwrap();
+            let out_dir = out.path().join("bundle");
+            let render = capstan(&[
+                "render",
+                example,
+                "-o",
+                out_dir.to_str().unwrap(),
+                "--api-version",
+                version,
+            ]);
+            assert!(
+                render.status.success(),
+                "{example} {version}: {}",
+                text(&render.stderr)
+            );
+            assert!(
+                text(&render.stdout).contains("cilium install"),
+                "prints the cilium command"
+            );
+            let lint = capstan(&["lint", out_dir.to_str().unwrap(), "--color", "never"]);
+            assert_eq!(
+                lint.status.code(),
+                Some(0),
+                "{example} {version}:\n{}{}",
+                text(&lint.stdout),
+                text(&lint.stderr)
+            );
+            assert!(
+                text(&lint.stdout).trim().is_empty(),
+                "no findings expected:\n{}",
+                text(&lint.stdout)
+            );
+        }
+    }
+}
+
+#[test]
+fn render_is_byte_for_byte_deterministic() {
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    for dir in [&a, &b] {
+        let out = capstan(&[
+            "render",
+            "examples/capi-1.yaml",
+            "-o",
+            dir.path().join("o").to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    }
+    let (sa, sb) = (snapshot(&a.path().join("o")), snapshot(&b.path().join("o")));
+    assert!(!sa.is_empty());
+    assert_eq!(sa, sb);
+}
+
+#[test]
+fn an_invalid_spec_is_refused_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = std::fs::read_to_string(repo_root().join("examples/super.yaml")).unwrap();
+    // A key the spec does not know: the error must name the file, line and field.
+    let broken = spec.replacen("hosts:", "hosts:\n  # typo below\nhostz: []\nhosts:", 1);
+    let path = dir.path().join("broken.yaml");
+    std::fs::write(&path, &broken).unwrap();
+    let out_dir = dir.path().join("out");
+    let out = capstan(&[
+        "render",
+        path.to_str().unwrap(),
+        "-o",
+        out_dir.to_str().unwrap(),
+    ]);
+    assert_ne!(out.status.code(), Some(0));
+    let err = text(&out.stderr);
+    assert!(err.contains("broken.yaml"), "names the file: {err}");
+    assert!(!out_dir.exists(), "nothing written on error");
+}
+
+#[test]
+fn lint_exit_codes_distinguish_errors_from_unreadable_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let garbage = dir.path().join("garbage.yaml");
+    std::fs::write(&garbage, "apiVersion: v1\nkind: [unclosed\n").unwrap();
+    let out = capstan(&["lint", garbage.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("garbage.yaml"));
+
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "apiVersion: metal3.io/v1alpha1\nkind: BareMetalHost\nmetadata:\n  name: h0\n  namespace: default\nspec:\n  online: true\n  bmc:\n    address: vmware://10.0.0.1\n    credentialsName: h0-bmc\n",
+    )
+    .unwrap();
+    let out = capstan(&["lint", bad.to_str().unwrap(), "--format", "json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json report");
+    assert!(report.to_string().contains("bad.yaml"));
+
+    let missing = capstan(&["lint", "does/not/exist.yaml"]);
+    assert_eq!(missing.status.code(), Some(2));
+}
+
+#[test]
+fn no_color_means_no_escape_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "apiVersion: metal3.io/v1alpha1\nkind: BareMetalHost\nmetadata:\n  name: h0\nspec:\n  online: true\n  bmc:\n    address: vmware://x\n    credentialsName: nope\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_capstan"))
+        .args(["lint", bad.to_str().unwrap()])
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(!text(&out.stdout).contains('\x1b') && !text(&out.stderr).contains('\x1b'));
+    let forced = capstan(&["lint", bad.to_str().unwrap(), "--color", "always"]);
+    assert!(
+        text(&forced.stdout).contains('\x1b'),
+        "--color always colours"
+    );
+}
+
+#[test]
+fn every_rule_has_an_explanation() {
+    let out = capstan(&["lint", "--list-rules", "--format", "json"]);
+    assert!(out.status.success());
+    let rules: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(rules.len() >= 25, "the catalogue has {} rules", rules.len());
+    for rule in rules {
+        let id = rule["id"].as_str().unwrap();
+        let explain = capstan(&["lint", "--explain", id]);
+        assert!(explain.status.success(), "{id}");
+        assert!(text(&explain.stdout).contains("fix:"));
+    }
+    assert_eq!(
+        capstan(&["lint", "--explain", "no-such-rule"])
+            .status
+            .code(),
+        Some(2)
+    );
+}
