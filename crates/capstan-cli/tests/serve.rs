@@ -1,0 +1,387 @@
+//! `capstan serve` as a process: durability under SIGKILL with concurrent writers, watch resumption
+//! across the restart, conflicting updates, graceful SIGTERM, backup and restore, and the CLI verbs
+//! (`apply`, `get`, `describe`, `delete`) against it.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+
+struct Serve {
+    child: Child,
+    kubeconfig: PathBuf,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Starts `capstan serve` and returns once it printed its ready line.
+fn serve(data_dir: &Path, port: u16, extra: &[&str]) -> Serve {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_capstan"))
+        .args([
+            "serve",
+            "--data-dir",
+            data_dir.to_str().unwrap(),
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.contains("ready at"), "unexpected first line: {line:?}");
+    Serve {
+        child,
+        kubeconfig: data_dir.join("kubeconfig"),
+    }
+}
+
+async fn client(kubeconfig: &Path) -> kube::Client {
+    let config = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
+    let config =
+        kube::Config::from_custom_kubeconfig(config, &kube::config::KubeConfigOptions::default())
+            .await
+            .unwrap();
+    kube::Client::try_from(config).unwrap()
+}
+
+fn configmap(name: &str, value: &str) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"value": value, "pad": "x".repeat(512)}})).unwrap()
+}
+
+async fn send(
+    client: &kube::Client,
+    method: &str,
+    path: &str,
+    body: Vec<u8>,
+) -> Result<serde_json::Value, String> {
+    let request = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("Content-Type", "application/json")
+        .body(body)
+        .unwrap();
+    match client.request_text(request).await {
+        Ok(text) => Ok(serde_json::from_str(&text).unwrap()),
+        Err(kube::Error::Api(status)) => Err(format!("{}", status.code)),
+        Err(other) => Err(format!("transport: {other}")),
+    }
+}
+
+#[test]
+fn acknowledged_writes_survive_sigkill_and_watches_resume_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut server = serve(dir.path(), port, &[]);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let acknowledged: Arc<Mutex<BTreeMap<String, u64>>> = Arc::default();
+    let (watch_start, seen_before) = runtime.block_on(async {
+        let c = client(&server.kubeconfig).await;
+        // A baseline write, then a watch from its version.
+        let base = send(
+            &c,
+            "POST",
+            "/api/v1/namespaces/default/configmaps",
+            configmap("base", "0"),
+        )
+        .await
+        .unwrap();
+        let start: u64 = base["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let watch_request = http::Request::get(format!(
+            "/api/v1/namespaces/default/configmaps?watch=true&resourceVersion={start}"
+        ))
+        .body(Vec::new())
+        .unwrap();
+        let stream = c.request_stream(watch_request).await.unwrap();
+        let seen: Arc<Mutex<Vec<(String, u64)>>> = Arc::default();
+        let seen_task = seen.clone();
+        let watcher = tokio::spawn(async move {
+            use futures::{AsyncBufReadExt, TryStreamExt};
+            let mut lines = stream.lines();
+            while let Ok(Some(line)) = lines.try_next().await {
+                let event: serde_json::Value = serde_json::from_str(&line).unwrap();
+                let name = event["object"]["metadata"]["name"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned();
+                let rv = event["object"]["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                seen_task.lock().unwrap().push((name, rv));
+            }
+        });
+        // Concurrent writers; the server is killed while they run.
+        let mut writers = Vec::new();
+        let progress = Arc::new(tokio::sync::Notify::new());
+        for w in 0..8 {
+            let c = c.clone();
+            let acknowledged = acknowledged.clone();
+            let progress = progress.clone();
+            writers.push(tokio::spawn(async move {
+                for i in 0.. {
+                    let name = format!("w{w}-{i}");
+                    match send(
+                        &c,
+                        "POST",
+                        "/api/v1/namespaces/default/configmaps",
+                        configmap(&name, &name),
+                    )
+                    .await
+                    {
+                        Ok(created) => {
+                            let rv = created["metadata"]["resourceVersion"]
+                                .as_str()
+                                .unwrap()
+                                .parse()
+                                .unwrap();
+                            acknowledged.lock().unwrap().insert(name, rv);
+                            progress.notify_one();
+                        }
+                        Err(_) => return,
+                    }
+                }
+            }));
+        }
+        // Kill once enough writes are acknowledged (progress, not time, decides).
+        while acknowledged.lock().unwrap().len() < 300 {
+            progress.notified().await;
+        }
+        server.child.kill().unwrap();
+        server.child.wait().unwrap();
+        for w in writers {
+            w.await.unwrap();
+        }
+        watcher.await.unwrap();
+        let seen = seen.lock().unwrap().clone();
+        (start, seen)
+    });
+
+    let server = serve(dir.path(), port, &[]);
+    runtime.block_on(async {
+        let c = client(&server.kubeconfig).await;
+        let list = send(&c, "GET", "/api/v1/namespaces/default/configmaps", Vec::new()).await.unwrap();
+        let mut stored: BTreeMap<String, u64> = BTreeMap::new();
+        for item in list["items"].as_array().unwrap() {
+            let name = item["metadata"]["name"].as_str().unwrap().to_owned();
+            // Not torn: the body is whole and belongs to its name.
+            if name != "base" {
+                assert_eq!(item["data"]["value"].as_str(), Some(name.as_str()));
+                assert_eq!(item["data"]["pad"].as_str().map(str::len), Some(512));
+            }
+            assert!(stored.insert(name, item["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap()).is_none(), "duplicate");
+        }
+        let acknowledged = acknowledged.lock().unwrap().clone();
+        assert!(acknowledged.len() >= 300);
+        for (name, rv) in &acknowledged {
+            assert_eq!(stored.get(name), Some(rv), "acknowledged write {name}@{rv} lost");
+        }
+        // Resume the watch from the last event seen before the crash: the two halves together are
+        // exactly the committed creates after the start, each once, in order.
+        let resume_from = seen_before.last().map_or(watch_start, |(_, rv)| *rv);
+        let head: u64 = list["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
+        let request = http::Request::get(format!("/api/v1/namespaces/default/configmaps?watch=true&resourceVersion={resume_from}&timeoutSeconds=30")).body(Vec::new()).unwrap();
+        let stream = c.request_stream(request).await.unwrap();
+        use futures::{AsyncBufReadExt, TryStreamExt};
+        let mut lines = stream.lines();
+        let mut seen_after = Vec::new();
+        if resume_from < head {
+            while let Some(line) = lines.try_next().await.unwrap() {
+                let event: serde_json::Value = serde_json::from_str(&line).unwrap();
+                let rv: u64 = event["object"]["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
+                seen_after.push((event["object"]["metadata"]["name"].as_str().unwrap().to_owned(), rv));
+                if rv >= head {
+                    break;
+                }
+            }
+        }
+        let all: Vec<(String, u64)> = seen_before.iter().cloned().chain(seen_after).collect();
+        let rvs: Vec<u64> = all.iter().map(|(_, rv)| *rv).collect();
+        let mut sorted = rvs.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(rvs, sorted, "events repeated or out of order");
+        let expected: BTreeSet<(String, u64)> = stored.into_iter().filter(|(_, rv)| *rv > watch_start).collect();
+        assert_eq!(all.into_iter().collect::<BTreeSet<_>>(), expected, "events missed");
+    });
+    drop(server);
+}
+
+#[test]
+fn concurrent_conflicting_updates_have_one_winner_and_sigterm_is_graceful() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = serve(dir.path(), free_port(), &[]);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let c = client(&server.kubeconfig).await;
+        let created = send(&c, "POST", "/api/v1/namespaces/default/configmaps", configmap("race", "0")).await.unwrap();
+        let rv = created["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
+        let mut tasks = Vec::new();
+        for n in 0..10 {
+            let c = c.clone();
+            let rv = rv.clone();
+            tasks.push(tokio::spawn(async move {
+                let body = serde_json::to_vec(&serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "race", "resourceVersion": rv}, "data": {"value": n.to_string()}})).unwrap();
+                send(&c, "PUT", "/api/v1/namespaces/default/configmaps/race", body).await
+            }));
+        }
+        let mut outcomes = BTreeMap::new();
+        for t in tasks {
+            let key = match t.await.unwrap() {
+                Ok(_) => "ok".to_owned(),
+                Err(code) => code,
+            };
+            *outcomes.entry(key).or_insert(0) += 1;
+        }
+        assert_eq!(outcomes, BTreeMap::from([("409".to_owned(), 9), ("ok".to_owned(), 1)]));
+    });
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(server.child.id()).unwrap()),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = server.child.wait().unwrap();
+    assert!(status.success(), "graceful exit on SIGTERM: {status:?}");
+}
+
+fn capstan(args: &[&str], kubeconfig: &Path) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_capstan"))
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+const MANIFEST: &str = "apiVersion: v1
+kind: Secret
+metadata:
+  name: h0-bmc
+stringData:
+  username: admin
+  password: hunter2
+---
+apiVersion: metal3.io/v1alpha1
+kind: BareMetalHost
+metadata:
+  name: h0
+  labels:
+    role: worker
+spec:
+  online: true
+  bmc:
+    address: redfish+http://127.0.0.1:8000/redfish/v1/Systems/1
+    credentialsName: h0-bmc
+";
+
+#[test]
+fn cli_verbs_backup_and_restore() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut server = serve(&data, free_port(), &[]);
+    let manifest = dir.path().join("hosts.yaml");
+    std::fs::write(&manifest, MANIFEST).unwrap();
+    let kc = server.kubeconfig.clone();
+    let (ok, out, err) = capstan(&["apply", "-f", manifest.to_str().unwrap()], &kc);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("baremetalhosts/h0 created") && out.contains("secrets/h0-bmc created"),
+        "{out}"
+    );
+    let (_, again, _) = capstan(&["apply", "-f", manifest.to_str().unwrap()], &kc);
+    assert!(again.contains("baremetalhosts/h0 unchanged"), "{again}");
+    let (ok, table, _) = capstan(&["get", "bmh"], &kc);
+    assert!(
+        ok && table.contains("NAME") && table.contains("ONLINE") && table.contains("h0"),
+        "{table}"
+    );
+    let (ok, json, _) = capstan(&["get", "bmh", "h0", "-o", "json"], &kc);
+    assert!(ok);
+    let parsed: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(parsed["spec"]["bmc"]["credentialsName"], "h0-bmc");
+    let (ok, names, _) = capstan(&["get", "bmh", "-l", "role=worker", "-o", "name"], &kc);
+    assert!(
+        ok && names.trim() == "baremetalhosts.metal3.io/h0",
+        "{names}"
+    );
+    let (ok, described, _) = capstan(&["describe", "secret", "h0-bmc"], &kc);
+    assert!(
+        ok && !described.contains("hunter2") && !described.contains("aHVudGVyMg"),
+        "{described}"
+    );
+    let (ok, described, _) = capstan(&["describe", "bmh", "h0"], &kc);
+    assert!(
+        ok && described.contains("Spec:") && described.contains("Events:"),
+        "{described}"
+    );
+
+    let backup = dir.path().join("backup.db");
+    let (ok, _, err) = capstan(
+        &[
+            "backup",
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--to",
+            backup.to_str().unwrap(),
+        ],
+        &kc,
+    );
+    assert!(ok, "{err}");
+    let (ok, _, _) = capstan(&["delete", "bmh", "h0"], &kc);
+    assert!(ok);
+    let (_, after, _) = capstan(&["get", "bmh", "-o", "name"], &kc);
+    assert!(after.trim().is_empty(), "{after}");
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+
+    let restored_dir = dir.path().join("restored");
+    let restored = serve(
+        &restored_dir,
+        free_port(),
+        &["--restore-from", backup.to_str().unwrap()],
+    );
+    let (ok, names, _) = capstan(&["get", "bmh", "-o", "name"], &restored.kubeconfig);
+    assert!(
+        ok && names.trim() == "baremetalhosts.metal3.io/h0",
+        "{names}"
+    );
+    drop(restored);
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
