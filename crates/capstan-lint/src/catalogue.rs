@@ -18,6 +18,17 @@ pub struct RuleInfo {
     pub fix: &'static str,
 }
 
+impl std::fmt::Display for RuleInfo {
+    /// The entry as `capstan lint --explain ID` prints it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "{} ({}): {}", self.id, self.severity, self.summary)?;
+        writeln!(f)?;
+        writeln!(f, "why: {}", self.explanation)?;
+        writeln!(f)?;
+        writeln!(f, "fix: {}", self.fix)
+    }
+}
+
 /// Rule ids, as constants so that a typo is a compile error.
 pub mod id {
     pub const UNKNOWN_KIND: &str = "unknown-kind";
@@ -131,7 +142,7 @@ static RULES: &[RuleInfo] = &[
         id::KUBE_VIP_SUPER_ADMIN,
         Error,
         "kube-vip on Kubernetes 1.29 or later without the switch to super-admin.conf at `kubeadm init`",
-        "From Kubernetes 1.29, kubeadm's `admin.conf` is not bound to cluster-admin until `kubeadm init` finishes, so kube-vip (a static pod using that kubeconfig) cannot take its leader-election lease (`leases.coordination.k8s.io \"plndr-cp-lock\" is forbidden`). The VIP never comes up and the first control-plane node never finishes init.",
+        "From Kubernetes 1.29, kubeadm's `admin.conf` is not bound to cluster-admin until `kubeadm init` finishes, so kube-vip (a static pod using that kubeconfig) cannot take its leader-election lease (`leases.coordination.k8s.io \"plndr-cp-lock\" is forbidden`). The VIP never comes up and the first control-plane node never finishes init. The reverse mistake is reported too: a manifest that mounts super-admin.conf itself breaks every joining control-plane node (only the init node has the file; elsewhere the mount becomes an empty directory), and before 1.29 kubeadm does not write the file at all.",
         "In `preKubeadmCommands`, on the init node only, point the kube-vip manifest at `/etc/kubernetes/super-admin.conf` (for example `sed -i 's#path: /etc/kubernetes/admin.conf#path: /etc/kubernetes/super-admin.conf#' /etc/kubernetes/manifests/kube-vip.yaml` when `/run/kubeadm/kubeadm.yaml` exists), and switch it back in `postKubeadmCommands`.",
     ),
     rule(
@@ -371,6 +382,14 @@ mod tests {
             explain(id::NOT_ENOUGH_HOSTS).map(|r| r.severity),
             Some(Severity::Warning)
         );
+    }
+
+    #[test]
+    fn entries_print_for_explain() {
+        let text = explain(id::EVEN_ETCD_MEMBERS).expect("rule").to_string();
+        assert!(text.starts_with("even-etcd-members (warning): "));
+        assert!(text.contains("\nwhy: etcd needs a majority"));
+        assert!(text.contains("\nfix: "));
     }
 
     #[test]

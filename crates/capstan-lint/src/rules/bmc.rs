@@ -79,7 +79,7 @@ pub(crate) fn check(ctx: &Ctx<'_, '_>, out: &mut Vec<Diagnostic>) {
             out.push(
                 Diagnostic::new(
                     id::BMC_CREDENTIALS,
-                    format!("BMC credentials Secret {} has no {}", secret.id, missing.join(" or ")),
+                    format!("BMC credentials {} has no {}", secret.id, missing.join(" or ")),
                     secret.at(&FieldPath::root()),
                 )
                 .why("the bare-metal operator reads `username` and `password`; without them it cannot log in to the BMC")

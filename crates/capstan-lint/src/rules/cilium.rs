@@ -133,7 +133,7 @@ fn resource_set_installs<'i, 'a>(
             out.push(
                 Diagnostic::new(
                     id::CRS_SELECTS_NO_CLUSTER,
-                    format!("ClusterResourceSet {} selects no Cluster in its namespace", crs.id),
+                    format!("{} selects no Cluster in its namespace", crs.id),
                     crs.at_str("spec.clusterSelector"),
                 )
                 .why("its resources (often the CNI) are applied to no cluster; nodes stay NotReady without a CNI")
@@ -155,7 +155,7 @@ fn resource_set_installs<'i, 'a>(
                     out.push(
                         Diagnostic::new(
                             id::CRS_RESOURCE_MISSING,
-                            format!("ClusterResourceSet {} names {kind} {}, which is not in the set", crs.id, resource.name),
+                            format!("{} names {kind} {}, which is not in the set", crs.id, resource.name),
                             crs.at(&FieldPath::parse("spec.resources").index(r)),
                         )
                         .why("the ClusterResourceSet controller waits for it and applies nothing to the workload cluster")
@@ -284,7 +284,7 @@ fn cilium_config(ctx: &Ctx<'_, '_>, install: &Install<'_, '_>, out: &mut Vec<Dia
                 out.push(
                     Diagnostic::new(
                         id::CILIUM_NATIVE_ROUTING_CIDR,
-                        format!("Cilium's ipv4-native-routing-cidr {native} does not contain the pod CIDR {pods} of Cluster {}", cluster.id),
+                        format!("Cilium's ipv4-native-routing-cidr {native} does not contain the pod CIDR {pods} of {}", cluster.id),
                         config.at("data.ipv4-native-routing-cidr"),
                     )
                     .why("pod traffic outside the native-routing CIDR is masqueraded, so pods on different nodes cannot reach each other directly")
@@ -317,7 +317,7 @@ fn kube_proxy_skipped(
     out.push(
         Diagnostic::new(
             id::KUBE_PROXY_NOT_SKIPPED,
-            format!("Cilium replaces kube-proxy, but KubeadmControlPlane {} still installs it", kcp_entry.id),
+            format!("Cilium replaces kube-proxy, but {} still installs it", kcp_entry.id),
             kcp_entry.at(&FieldPath::parse(KCP_CONFIG_PATH).key("initConfiguration")),
         )
         .why("kube-proxy and Cilium then both program service rules, and kube-proxy's iptables rules can shadow Cilium's")
@@ -446,7 +446,7 @@ fn pod_cidrs(ctx: &Ctx<'_, '_>, out: &mut Vec<Diagnostic>) {
             Diagnostic::new(
                 id::POD_CIDR_MISMATCH,
                 format!(
-                    "KubeadmControlPlane {} sets podSubnet {subnet}, but Cluster {} has pod CIDRs {}",
+                    "{} sets podSubnet {subnet}, but {} has pod CIDRs {}",
                     kcp_entry.id,
                     cluster.id,
                     view.pod_cidrs.join(", ")

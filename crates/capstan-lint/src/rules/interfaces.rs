@@ -248,7 +248,7 @@ fn check_hosts(
         let mut d = Diagnostic::new(
             id::UNKNOWN_INTERFACE,
             format!(
-                "{} `{}` is not an interface of BareMetalHost {}{others}",
+                "{} `{}` is not an interface of {}{others}",
                 want.what, want.name, first.id
             ),
             want.location.clone(),
@@ -473,5 +473,50 @@ mod tests {
         assert!(has_rule(&lint_text(&bad), id::UNKNOWN_INTERFACE));
         let ok = BASE.replacen("    - echo worker\n", "    - ip link set dev ens2 up\n", 1);
         assert!(!has_rule(&lint_text(&ok), id::UNKNOWN_INTERFACE));
+    }
+
+    #[test]
+    fn data_template_interfaces_must_be_inspected_nics() {
+        const DATA_TEMPLATE: &str = "---
+apiVersion: infrastructure.cluster.x-k8s.io/v1beta1
+kind: Metal3DataTemplate
+metadata:
+  name: cp-data
+  namespace: default
+spec:
+  clusterName: capi-1
+  networkData:
+    links:
+      ethernets:
+      - type: phy
+        id: ens2
+        macAddress:
+          fromHostInterface: eth0
+";
+        let with_template = BASE.replacen(
+            "      image:\n        url: http://netboot.example/fedora-43-ext4-k8s.raw\n        checksum: 9f86",
+            "      dataTemplate:\n        name: cp-data\n      image:\n        url: http://netboot.example/fedora-43-ext4-k8s.raw\n        checksum: 9f86",
+            1,
+        );
+        assert_ne!(with_template, BASE);
+        let bad = format!("{with_template}{DATA_TEMPLATE}");
+        let report = lint_text(&bad);
+        let d = report
+            .diagnostics
+            .iter()
+            .find(|d| d.rule == id::UNKNOWN_INTERFACE)
+            .expect("finding");
+        assert!(d.message.contains("eth0"), "{}", d.message);
+        assert_eq!(
+            d.location.path,
+            "spec.networkData.links.ethernets[0].macAddress.fromHostInterface"
+        );
+        let ok = bad.replace("fromHostInterface: eth0", "fromHostInterface: ens2");
+        let report = lint_text(&ok);
+        assert!(
+            report.diagnostics.is_empty(),
+            "{}",
+            report.render_human(false)
+        );
     }
 }

@@ -28,6 +28,8 @@ pub(crate) struct EnvVar {
 /// A kube-vip container found in a KubeadmConfigSpec's files.
 #[derive(Debug)]
 pub(crate) struct KubeVip<'a> {
+    /// The index `i` of the file in `files`.
+    pub file: usize,
     /// The Pod document, inside `files[i].content`.
     pub doc: EmbeddedDoc<'a>,
     pub env: Vec<EnvVar>,
@@ -97,7 +99,7 @@ pub(crate) fn find<'a>(
                 }
             }
             if is_kube_vip {
-                found.push(KubeVip { doc, env });
+                found.push(KubeVip { file: i, doc, env });
             }
         }
     }
@@ -105,13 +107,15 @@ pub(crate) fn find<'a>(
 }
 
 /// Whether the init node's preKubeadmCommands switch kube-vip to `super-admin.conf`: a command
-/// mentions it, or runs a file (named by path in the command) whose content mentions it.
-fn switches_to_super_admin(config: &KubeadmConfigSpec) -> bool {
+/// mentions it, or runs a file (named by path in the command) whose content mentions it. The
+/// kube-vip manifests themselves (`skip`) do not count: commands name them to edit them.
+fn switches_to_super_admin(config: &KubeadmConfigSpec, skip: &[usize]) -> bool {
     const SUPER_ADMIN: &str = "super-admin.conf";
     config.pre_kubeadm_commands.iter().any(|command| {
         command.contains(SUPER_ADMIN)
-            || config.files.iter().any(|file| {
-                !file.path.is_empty()
+            || config.files.iter().enumerate().any(|(i, file)| {
+                !skip.contains(&i)
+                    && !file.path.is_empty()
                     && command.contains(file.path.as_str())
                     && file_text(file).is_some_and(|t| t.contains(SUPER_ADMIN))
             })
@@ -133,6 +137,21 @@ fn file_text(file: &capstan_model::kubeadm::File) -> Option<String> {
     }
 }
 
+/// The path of a volume of the kube-vip Pod that mounts `super-admin.conf`, if any.
+fn super_admin_mount(kube_vip: &KubeVip<'_>) -> Option<FieldPath> {
+    let volumes = kube_vip
+        .doc
+        .doc
+        .value
+        .pointer("/spec/volumes")?
+        .as_array()?;
+    volumes.iter().enumerate().find_map(|(i, volume)| {
+        let path = volume.pointer("/hostPath/path")?.as_str()?;
+        path.ends_with("super-admin.conf")
+            .then(|| FieldPath::parse(&format!("spec.volumes[{i}].hostPath.path")))
+    })
+}
+
 /// Runs the kube-vip rules on every KubeadmControlPlane.
 pub(crate) fn check(ctx: &Ctx<'_, '_>, out: &mut Vec<Diagnostic>) {
     let config_path = FieldPath::parse(KCP_CONFIG_PATH);
@@ -147,7 +166,35 @@ pub(crate) fn check(ctx: &Ctx<'_, '_>, out: &mut Vec<Diagnostic>) {
         let Ok(version) = kcp.version.parse::<KubernetesVersion>() else {
             continue;
         };
-        if version.at_least(1, 29) && !switches_to_super_admin(&kcp.config) {
+        let kube_vip_files: Vec<usize> = found.iter().map(|k| k.file).collect();
+        let switched = switches_to_super_admin(&kcp.config, &kube_vip_files);
+        if let Some(mount) = super_admin_mount(first) {
+            // The manifest itself uses super-admin.conf: right for `kubeadm init` on ≥ 1.29 only.
+            let joins = kcp.replicas.unwrap_or(1) > 1;
+            let problem = if !version.at_least(1, 29) {
+                Some(format!(
+                    "kubeadm {version} does not write super-admin.conf (it exists from 1.29)"
+                ))
+            } else if joins && !switched {
+                Some("only the first control-plane node (kubeadm init) has super-admin.conf; on joining nodes the mount is an empty directory and kube-vip cannot start".to_owned())
+            } else {
+                None
+            };
+            if let Some(problem) = problem {
+                out.push(
+                    Diagnostic::new(
+                        id::KUBE_VIP_SUPER_ADMIN,
+                        "kube-vip mounts super-admin.conf on every control-plane node",
+                        first.doc.at(&mount),
+                    )
+                    .why(problem)
+                    .hint("mount /etc/kubernetes/admin.conf in the manifest, and switch it to super-admin.conf in preKubeadmCommands only when /run/kubeadm/kubeadm.yaml exists (the init node) on Kubernetes ≥ 1.29")
+                    .related("Kubernetes version", entry.at(&FieldPath::parse("spec.version"))),
+                );
+            }
+            continue;
+        }
+        if version.at_least(1, 29) && !switched {
             out.push(
                 Diagnostic::new(
                     id::KUBE_VIP_SUPER_ADMIN,
@@ -243,5 +290,36 @@ mod tests {
         let old = bad.replace("v1.31.4", "v1.28.9");
         assert!(!has_rule(&lint_text(&old), id::KUBE_VIP_SUPER_ADMIN));
         assert!(!has_rule(&lint_text(BASE), id::KUBE_VIP_SUPER_ADMIN));
+    }
+
+    #[test]
+    fn super_admin_in_the_manifest_breaks_joins() {
+        // The manifest mounts super-admin.conf itself and nothing switches it for joining nodes.
+        let mounted = BASE
+            .replacen("          - name: kubeconfig\n            hostPath:\n              path: /etc/kubernetes/admin.conf", "          - name: kubeconfig\n            hostPath:\n              path: /etc/kubernetes/super-admin.conf", 1)
+            .replacen("super-admin.conf#' /etc/kubernetes/manifests/kube-vip.yaml; fi", "admin.conf#' /etc/kubernetes/manifests/kube-vip.yaml; fi", 2);
+        assert_ne!(mounted, BASE);
+        let report = lint_text(&mounted);
+        let d = report
+            .diagnostics
+            .iter()
+            .find(|d| d.rule == id::KUBE_VIP_SUPER_ADMIN)
+            .unwrap_or_else(|| panic!("{}", report.render_human(false)));
+        assert!(
+            d.why
+                .as_deref()
+                .is_some_and(|w| w.contains("joining nodes")),
+            "{d:?}"
+        );
+        assert_eq!(
+            d.location.embedded_path.as_deref(),
+            Some("spec.volumes[0].hostPath.path")
+        );
+        // A single control plane never joins: fine on 1.29+.
+        let single = mounted.replacen("  replicas: 3\n", "  replicas: 1\n", 1);
+        assert!(!has_rule(&lint_text(&single), id::KUBE_VIP_SUPER_ADMIN));
+        // Before 1.29 kubeadm does not write the file at all.
+        let old = single.replace("v1.31.4", "v1.28.9");
+        assert!(has_rule(&lint_text(&old), id::KUBE_VIP_SUPER_ADMIN));
     }
 }

@@ -106,7 +106,7 @@ fn read<'a>(
         out.push(
             Diagnostic::new(
                 id::NETWORK_DATA_INVALID,
-                format!("Secret {} has no `networkData` key", secret.id),
+                format!("{} has no `networkData` key", secret.id),
                 secret.at(&FieldPath::root()),
             )
             .why("the bare-metal operator reads the host's network configuration from the key `networkData`; without it the node boots without its addresses")
@@ -118,7 +118,7 @@ fn read<'a>(
     let invalid = |problem: String| {
         Diagnostic::new(
             id::NETWORK_DATA_INVALID,
-            format!("`networkData` of Secret {} is not valid network_data.json: {problem}", secret.id),
+            format!("`networkData` of {} is not valid network_data.json: {problem}", secret.id),
             Location::of(secret.obj, &field),
         )
         .why("cloud-init cannot read the document, so the node boots without its static addresses")
@@ -321,7 +321,7 @@ fn macs(
                 Diagnostic::new(
                     id::NETWORK_DATA_MAC_UNKNOWN,
                     format!(
-                        "link `{}` has MAC {mac}, which BareMetalHost {} does not have",
+                        "link `{}` has MAC {mac}, which {} does not have",
                         network.data.links.get(i).map_or("", |l| l.id.as_str()),
                         entry.id
                     ),
@@ -342,7 +342,7 @@ fn macs(
                 Diagnostic::new(
                     id::NETWORK_DATA_MAC_UNKNOWN,
                     format!(
-                        "the only physical link `{}` has MAC {mac}, not the bootMACAddress {boot} of BareMetalHost {}",
+                        "the only physical link `{}` has MAC {mac}, not the bootMACAddress {boot} of {}",
                         network.data.links.get(*i).map_or("", |l| l.id.as_str()),
                         entry.id
                     ),

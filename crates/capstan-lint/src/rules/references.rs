@@ -83,6 +83,32 @@ fn check_ref(
     out.push(d);
 }
 
+/// Checks a reference the field's kind requires: an empty one is reported even with `--partial`.
+fn check_required(
+    ctx: &Ctx<'_, '_>,
+    from: &Entry<'_>,
+    reference: &Ref,
+    expected: &[(&str, &str)],
+    out: &mut Vec<Diagnostic>,
+) {
+    if reference.kind.is_empty() && reference.name.is_empty() {
+        out.push(
+            Diagnostic::new(
+                id::DANGLING_REFERENCE,
+                format!("`{}` is not set", reference.path),
+                from.at(&reference.path),
+            )
+            .why("the controller has no template to create machines from")
+            .hint(format!(
+                "set `{}` with apiGroup (v1beta2) or apiVersion (v1beta1), kind and name",
+                reference.path
+            )),
+        );
+        return;
+    }
+    check_ref(ctx, from, reference, expected, out);
+}
+
 fn check_cluster_name(
     ctx: &Ctx<'_, '_>,
     from: &Entry<'_>,
@@ -123,7 +149,7 @@ pub(crate) fn check(ctx: &Ctx<'_, '_>, out: &mut Vec<Diagnostic>) {
                 }
             }
             View::ControlPlane(kcp) => {
-                check_ref(
+                check_required(
                     ctx,
                     entry,
                     &kcp.infrastructure_ref,
@@ -142,7 +168,7 @@ pub(crate) fn check(ctx: &Ctx<'_, '_>, out: &mut Vec<Diagnostic>) {
                         out,
                     );
                 }
-                check_ref(
+                check_required(
                     ctx,
                     entry,
                     &md.infrastructure_ref,
@@ -348,7 +374,7 @@ fn selector(entry: &Entry<'_>, md: &crate::index::DeploymentView, out: &mut Vec<
     out.push(
         Diagnostic::new(
             id::SELECTOR_MISMATCH,
-            format!("the selector of MachineDeployment {} does not match its template's labels", entry.id),
+            format!("the selector of {} does not match its template's labels", entry.id),
             entry.at_str("spec.selector"),
         )
         .why("the MachineDeployment would not own the Machines it creates; the API server rejects it (`selector does not match template labels`)")
@@ -391,6 +417,33 @@ mod tests {
             "{}",
             report.render_human(false)
         );
+    }
+
+    #[test]
+    fn required_references() {
+        // v1beta1 shape in a v1beta2 KubeadmControlPlane: the reference is not where v1beta2 reads it.
+        let kcp = "apiVersion: controlplane.cluster.x-k8s.io/v1beta2
+kind: KubeadmControlPlane
+metadata: {name: c}
+spec:
+  version: v1.33.0
+  machineTemplate:
+    infrastructureRef: {apiGroup: infrastructure.cluster.x-k8s.io, kind: Metal3MachineTemplate, name: c}
+";
+        let report = lint_text_partial(kcp);
+        assert!(
+            has_rule(&report, id::DANGLING_REFERENCE),
+            "{}",
+            report.render_human(false)
+        );
+        let fixed = kcp.replace(
+            "    infrastructureRef:",
+            "    spec:\n      infrastructureRef:",
+        );
+        assert!(!has_rule(
+            &lint_text_partial(&fixed),
+            id::DANGLING_REFERENCE
+        ));
     }
 
     #[test]

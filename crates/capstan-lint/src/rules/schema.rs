@@ -1,6 +1,9 @@
 //! Validation against CRD schemas (`--schemas DIR`): every object whose apiVersion and kind have a
 //! schema in the given CRDs is checked as the API server would check it, one finding per violation,
 //! at the violating field's line.
+//!
+//! For kinds with a `/status` subresource the API server ignores `status` in what is applied, so
+//! violations under `status` (a hand-written partial status, say) are not reported.
 
 use capstan_schema::{CrdSet, validate};
 
@@ -11,10 +14,21 @@ use crate::index::Index;
 /// Validates every object of the set that has a schema in `schemas`.
 pub(crate) fn check(index: &Index<'_>, schemas: &CrdSet, out: &mut Vec<Diagnostic>) {
     for entry in &index.entries {
-        let Some(schema) = schemas.schema_for(&entry.id.api_version, &entry.id.kind) else {
+        let Some(version) = schemas.version_for(&entry.id.api_version, &entry.id.kind) else {
             continue;
         };
+        let Some(schema) = &version.schema else {
+            continue;
+        };
+        let status_ignored = version.subresources.status;
         for violation in validate(schema, &entry.obj.value) {
+            let in_status = matches!(
+                violation.path.segments().first(),
+                Some(capstan_model::path::PathSegment::Key(k)) if k == "status"
+            );
+            if status_ignored && in_status {
+                continue;
+            }
             let path = if violation.path.is_root() {
                 "the object".to_owned()
             } else {
