@@ -220,14 +220,14 @@ static RULES: &[RuleInfo] = &[
     rule(
         id::NETWORK_DATA_UNDEFINED_LINK,
         Error,
-        "networkData names a link (bond member, VLAN parent, network link) that it does not define",
+        "networkData (a host's Secret or a Metal3DataTemplate) names a link — bond member, VLAN parent, network link — that it does not define",
         "cloud-init cannot attach a bond member, VLAN or address to a link that is not defined; the interface is not configured and the node is unreachable.",
         "Define the link in `links` (with its `ethernet_mac_address`), or correct the id.",
     ),
     rule(
         id::NETWORK_DATA_GATEWAY,
         Error,
-        "a networkData address whose gateway is outside its subnet (or whose netmask is malformed)",
+        "a networkData address or IPPool range whose gateway is outside its subnet (or whose netmask is malformed)",
         "A route via a gateway that is not on the address's subnet cannot be installed (`Nexthop has invalid gateway`), so the node has no default route.",
         "Fix the IP address, netmask or gateway so that the gateway lies inside `ip_address/netmask`.",
     ),
@@ -248,8 +248,8 @@ static RULES: &[RuleInfo] = &[
     rule(
         id::VIP_IS_HOST_IP,
         Error,
-        "the control-plane endpoint (the VIP) is also a host's static address",
-        "kube-vip announces the VIP on whichever control-plane node leads; if a host already owns that address, traffic for the API server reaches the wrong machine whenever the leader is another node.",
+        "the control-plane endpoint (the VIP) is also a host's static address, or inside an IPPool range",
+        "kube-vip announces the VIP on whichever control-plane node leads; if a host already owns that address (or a pool can hand it to one), traffic for the API server reaches the wrong machine whenever the leader is another node.",
         "Pick a VIP outside every host's static addresses (and outside DHCP/IPPool ranges).",
     ),
     // References.

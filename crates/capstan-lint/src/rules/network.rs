@@ -1,7 +1,9 @@
 //! Host networkData: every BareMetalHost's `spec.networkData` Secret, parsed as OpenStack
 //! network_data.json, and the rules on it — undefined links, gateways outside their subnet, link
 //! MACs the host does not have, the same static address on two hosts, and a control-plane VIP that
-//! is also a host's address.
+//! is also a host's address. The same link and gateway rules apply where CAPM3 renders network
+//! data: Metal3DataTemplate links and IPPool gateways; a VIP inside an IPPool range counts as a
+//! host address.
 //!
 //! MAC policy: with inspection data (`status.hardware.nics`), every physical link's MAC must be one
 //! of the inspected NICs' MACs or the bootMACAddress (an error otherwise). Without inspection data
@@ -168,6 +170,8 @@ pub(crate) fn check(ctx: &Ctx<'_, '_>, out: &mut Vec<Diagnostic>) {
     }
     duplicate_addresses(ctx, out);
     vip_addresses(ctx, out);
+    pool_gateways(ctx, out);
+    data_template_links(ctx, out);
 }
 
 fn undefined_links(host: &Entry<'_>, network: &HostNetwork<'_>, out: &mut Vec<Diagnostic>) {
@@ -451,6 +455,197 @@ fn vip_addresses(ctx: &Ctx<'_, '_>, out: &mut Vec<Diagnostic>) {
             .related("control-plane endpoint", endpoint.clone()),
         );
     }
+    for (entry, pool) in ctx.index.each(|v| match v {
+        View::IpPool(p) => Some(p.as_ref()),
+        _ => None,
+    }) {
+        for (i, range) in pool.pools.iter().enumerate() {
+            for (vip, endpoint) in &endpoints {
+                if !pool_range_contains(range, pool.prefix, *vip) {
+                    continue;
+                }
+                out.push(
+                    Diagnostic::new(
+                        id::VIP_IS_HOST_IP,
+                        format!("the control-plane endpoint {vip} is inside the address range of IPPool {}", entry.id),
+                        entry.at(&FieldPath::parse("spec.pools").index(i)),
+                    )
+                    .why("the pool can hand the VIP to a machine as its own address; API traffic then reaches that machine whenever it is not the kube-vip leader")
+                    .hint("move the VIP out of the pool's range, or shrink the range")
+                    .related("control-plane endpoint", endpoint.clone()),
+                );
+            }
+        }
+    }
+}
+
+/// Whether an IPPool range (`start`..=`end`, or `subnet`) contains `ip`.
+fn pool_range_contains(
+    range: &capstan_model::ipam::Pool,
+    default_prefix: Option<i32>,
+    ip: IpAddr,
+) -> bool {
+    if let Some(start) = range
+        .start
+        .as_deref()
+        .and_then(|s| s.parse::<IpAddr>().ok())
+    {
+        let end = range.end.as_deref().and_then(|e| e.parse::<IpAddr>().ok());
+        let Some(end) = end.or_else(|| {
+            let prefix = u8::try_from(range.prefix.or(default_prefix)?).ok()?;
+            IpNet::new(start, prefix).ok().map(|n| n.broadcast())
+        }) else {
+            return false;
+        };
+        return match (start, end, ip) {
+            (IpAddr::V4(s), IpAddr::V4(e), IpAddr::V4(x)) => s <= x && x <= e,
+            (IpAddr::V6(s), IpAddr::V6(e), IpAddr::V6(x)) => s <= x && x <= e,
+            _ => false,
+        };
+    }
+    range
+        .subnet
+        .as_deref()
+        .and_then(|s| s.parse::<IpNet>().ok())
+        .is_some_and(|net| net.contains(&ip))
+}
+
+/// IPPool gateways must be inside their ranges' subnets.
+fn pool_gateways(ctx: &Ctx<'_, '_>, out: &mut Vec<Diagnostic>) {
+    for (entry, pool) in ctx.index.each(|v| match v {
+        View::IpPool(p) => Some(p.as_ref()),
+        _ => None,
+    }) {
+        for (i, range) in pool.pools.iter().enumerate() {
+            let gateway = range.gateway.as_deref().or(pool.gateway.as_deref());
+            let Some(gateway) = gateway.and_then(|g| g.parse::<IpAddr>().ok()) else {
+                continue;
+            };
+            let subnet = match (range.start.as_deref(), range.subnet.as_deref()) {
+                (Some(start), _) => {
+                    let prefix = range
+                        .prefix
+                        .or(pool.prefix)
+                        .and_then(|p| u8::try_from(p).ok());
+                    match (start.parse::<IpAddr>().ok(), prefix) {
+                        (Some(start), Some(prefix)) => IpNet::new(start, prefix).ok(),
+                        _ => None,
+                    }
+                }
+                (None, Some(subnet)) => subnet.parse::<IpNet>().ok(),
+                (None, None) => None,
+            };
+            let Some(subnet) = subnet else {
+                continue;
+            };
+            if subnet.contains(&gateway) {
+                continue;
+            }
+            let path = if range.gateway.is_some() {
+                FieldPath::parse("spec.pools").index(i).key("gateway")
+            } else {
+                FieldPath::parse("spec.gateway")
+            };
+            out.push(
+                Diagnostic::new(
+                    id::NETWORK_DATA_GATEWAY,
+                    format!("gateway {gateway} of IPPool {} is outside the range's subnet {}", entry.id, subnet.trunc()),
+                    entry.at(&path),
+                )
+                .why("every machine addressed from this range gets a default route it cannot install, and has no route out")
+                .hint("fix the gateway or the prefix so that the gateway lies inside the subnet")
+                .related("the range", entry.at(&FieldPath::parse("spec.pools").index(i))),
+            );
+        }
+    }
+}
+
+/// Links named in Metal3DataTemplate networkData must be defined in its `links`.
+fn data_template_links(ctx: &Ctx<'_, '_>, out: &mut Vec<Diagnostic>) {
+    for entry in &ctx.index.entries {
+        let View::DataTemplate(_) = &entry.view else {
+            continue;
+        };
+        let base = FieldPath::parse("spec.networkData");
+        let Some(data) = base.lookup(&entry.obj.value) else {
+            continue;
+        };
+        let list = |value: &'_ Value, key: &str| -> Vec<Value> {
+            value
+                .get(key)
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+        };
+        let links = data.get("links").cloned().unwrap_or(Value::Null);
+        let mut defined: BTreeSet<String> = BTreeSet::new();
+        for kind in ["ethernets", "bonds", "vlans"] {
+            for link in list(&links, kind) {
+                if let Some(id) = link.get("id").and_then(Value::as_str) {
+                    defined.insert(id.to_owned());
+                }
+            }
+        }
+        let mut named: Vec<(String, FieldPath, &str)> = Vec::new();
+        for (i, bond) in list(&links, "bonds").iter().enumerate() {
+            let members = bond
+                .get("bondLinks")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            for (j, member) in members.iter().enumerate() {
+                if let Some(member) = member.as_str() {
+                    named.push((
+                        member.to_owned(),
+                        base.key("links")
+                            .key("bonds")
+                            .index(i)
+                            .key("bondLinks")
+                            .index(j),
+                        "bond member",
+                    ));
+                }
+            }
+        }
+        for (i, vlan) in list(&links, "vlans").iter().enumerate() {
+            if let Some(parent) = vlan.get("vlanLink").and_then(Value::as_str) {
+                named.push((
+                    parent.to_owned(),
+                    base.key("links").key("vlans").index(i).key("vlanLink"),
+                    "VLAN parent",
+                ));
+            }
+        }
+        let networks = data.get("networks").cloned().unwrap_or(Value::Null);
+        for family in ["ipv4", "ipv4DHCP", "ipv6", "ipv6DHCP", "ipv6SLAAC"] {
+            for (i, network) in list(&networks, family).iter().enumerate() {
+                if let Some(link) = network.get("link").and_then(Value::as_str) {
+                    named.push((
+                        link.to_owned(),
+                        base.key("networks").key(family).index(i).key("link"),
+                        "network link",
+                    ));
+                }
+            }
+        }
+        for (name, path, what) in named {
+            if defined.contains(&name) {
+                continue;
+            }
+            out.push(
+                Diagnostic::new(
+                    id::NETWORK_DATA_UNDEFINED_LINK,
+                    format!("{what} `{name}` is not a link defined in this Metal3DataTemplate's networkData"),
+                    entry.at(&path),
+                )
+                .why("CAPM3 cannot render networkData that names an undefined link; the machines' network configuration fails")
+                .hint(format!(
+                    "define `{name}` under links (ethernets, bonds or vlans), or use one of: {}",
+                    defined.iter().cloned().collect::<Vec<_>>().join(", ")
+                )),
+            );
+        }
+    }
 }
 
 /// The value of `key` of a Secret in `stringData` (as written) or `data` (base64), and its path.
@@ -576,5 +771,65 @@ mod tests {
         );
         let bad = BASE.replacen("  networkData: |", "  networkDatum: |", 1);
         assert!(has_rule(&lint_text(&bad), id::NETWORK_DATA_INVALID));
+    }
+
+    const POOLS: &str = "apiVersion: ipam.metal3.io/v1alpha1
+kind: IPPool
+metadata: {name: pool1}
+spec:
+  pools:
+  - {start: 10.250.250.100, end: 10.250.250.200, prefix: 24, gateway: 10.250.250.1}
+---
+apiVersion: infrastructure.cluster.x-k8s.io/v1beta1
+kind: Metal3DataTemplate
+metadata: {name: dt}
+spec:
+  networkData:
+    links:
+      ethernets:
+      - {type: phy, id: enp1s0, macAddress: {fromHostInterface: enp1s0}}
+      bonds:
+      - {id: bond0, bondMode: 802.3ad, bondLinks: [enp1s0], macAddress: {}}
+      vlans:
+      - {id: vlan100, vlanID: 100, vlanLink: bond0, macAddress: {}}
+    networks:
+      ipv4:
+      - {id: v4, link: vlan100, ipAddressFromIPPool: pool1}
+";
+
+    #[test]
+    fn data_templates_and_pools() {
+        let report = crate::test_support::lint_text_partial(POOLS);
+        assert!(
+            report.diagnostics.is_empty(),
+            "{}",
+            report.render_human(false)
+        );
+        let bad = POOLS.replace("vlanLink: bond0", "vlanLink: bond1");
+        let report = crate::test_support::lint_text_partial(&bad);
+        let d = report
+            .diagnostics
+            .iter()
+            .find(|d| d.rule == id::NETWORK_DATA_UNDEFINED_LINK)
+            .expect("finding");
+        assert_eq!(d.location.path, "spec.networkData.links.vlans[0].vlanLink");
+        let bad = POOLS.replace("gateway: 10.250.250.1}", "gateway: 10.250.251.1}");
+        assert!(has_rule(
+            &crate::test_support::lint_text_partial(&bad),
+            id::NETWORK_DATA_GATEWAY
+        ));
+        // The VIP of BASE (10.250.250.29) inside a pool range.
+        let with_pool = format!(
+            "{BASE}---\n{}",
+            POOLS.replace("start: 10.250.250.100", "start: 10.250.250.10")
+        );
+        let report = lint_text(&with_pool);
+        assert!(
+            has_rule(&report, id::VIP_IS_HOST_IP),
+            "{}",
+            report.render_human(false)
+        );
+        let ok = format!("{BASE}---\n{POOLS}");
+        assert!(!has_rule(&lint_text(&ok), id::VIP_IS_HOST_IP));
     }
 }
