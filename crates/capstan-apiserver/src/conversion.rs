@@ -2,7 +2,9 @@
 //! converts to the version the client asked for and every write to the storage version.
 //!
 //! The default converter only rewrites `apiVersion`, which is right for kinds whose versions share a
-//! schema. Kinds whose shape changed between versions plug in a real conversion through [`Converter`].
+//! schema. Kinds whose shape changed between versions plug in a real conversion through [`Converter`]:
+//! [`ModelConverter`] converts the Cluster API and CAPM3 kinds between v1beta1 and v1beta2 with
+//! `capstan_model::convert` and rewrites `apiVersion` for everything else.
 //! Core `v1` Events and `events.k8s.io/v1` Events are one resource seen in two shapes; that mapping
 //! lives here because every client of the API (kubectl describe, kube-runtime's recorder) relies on it.
 
@@ -36,6 +38,26 @@ impl Converter for ApiVersionRewrite {
             &crate::registry::api_version(group, to_version),
         );
         Ok(object)
+    }
+}
+
+/// The v1beta1 ⇄ v1beta2 conversion of `capstan_model::convert` for the kinds it handles, an
+/// `apiVersion` rewrite for the rest.
+pub struct ModelConverter;
+
+impl Converter for ModelConverter {
+    fn convert(
+        &self,
+        group: &str,
+        kind: &str,
+        object: Value,
+        to_version: &str,
+    ) -> Result<Value, String> {
+        if !capstan_model::convert::handles(group, kind) {
+            return ApiVersionRewrite.convert(group, kind, object, to_version);
+        }
+        capstan_model::convert::convert(object, &crate::registry::api_version(group, to_version))
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -142,6 +164,32 @@ pub fn event_from_core(object: Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn model_converter_converts_what_it_knows_and_rewrites_the_rest() {
+        let machine = json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine", "metadata": {"name": "m"},
+            "spec": {"clusterName": "c", "nodeDrainTimeout": "10s"}});
+        let stored = ModelConverter
+            .convert("cluster.x-k8s.io", "Machine", machine.clone(), "v1beta2")
+            .unwrap();
+        assert_eq!(stored["spec"]["deletion"]["nodeDrainTimeoutSeconds"], 10);
+        let read = ModelConverter
+            .convert("cluster.x-k8s.io", "Machine", stored, "v1beta1")
+            .unwrap();
+        assert_eq!(read, machine);
+
+        let host = json!({"apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost", "spec": {"online": true}});
+        let same = ModelConverter
+            .convert("metal3.io", "BareMetalHost", host.clone(), "v1alpha1")
+            .unwrap();
+        assert_eq!(same, host);
+
+        let bad = json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine", "spec": {"nodeDrainTimeout": "soon"}});
+        let err = ModelConverter
+            .convert("cluster.x-k8s.io", "Machine", bad, "v1beta2")
+            .unwrap_err();
+        assert!(err.contains("spec.nodeDrainTimeout"), "{err}");
+    }
 
     #[test]
     fn events_round_trip_between_shapes() {

@@ -8,6 +8,7 @@
 pub mod capi;
 pub mod capm3;
 pub mod cilium;
+pub mod convert;
 pub mod core;
 pub mod ipam;
 pub mod kinds;

@@ -735,6 +735,27 @@ mod tests {
     }
 
     #[test]
+    fn unknown_mac_without_inspection_is_a_warning() {
+        let hardware = "  hardware:\n    hostname: capi-1-cp-0\n    nics:\n    - name: ens2\n      mac: 52:54:00:aa:00:01\n      ip: 192.168.122.20\n      speedGbps: 0\n      pxe: true\n";
+        assert!(BASE.contains(hardware));
+        let uninspected = BASE.replacen(hardware, "", 1);
+        assert!(lint_text(&uninspected).diagnostics.is_empty());
+        let bad = uninspected.replacen(
+            r#""ethernet_mac_address": "52:54:00:aa:00:01""#,
+            r#""ethernet_mac_address": "52:54:00:ff:ff:ff""#,
+            1,
+        );
+        let report = lint_text(&bad);
+        let d = report
+            .diagnostics
+            .iter()
+            .find(|d| d.rule == id::NETWORK_DATA_MAC_UNKNOWN)
+            .expect("finding");
+        assert_eq!(d.severity, crate::diagnostic::Severity::Warning);
+        assert!(!report.has_errors());
+    }
+
+    #[test]
     fn duplicate_and_vip_addresses() {
         let bad = BASE.replacen(
             r#""ip_address": "10.250.250.21""#,
