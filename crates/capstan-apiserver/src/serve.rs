@@ -42,6 +42,11 @@ pub async fn serve_tls(
                 continue;
             }
         };
+        // Watch events are small writes: without this, Nagle's algorithm and delayed ACKs hold
+        // them back for tens of milliseconds.
+        if let Err(err) = tcp.set_nodelay(true) {
+            tracing::debug!(%peer, error = %err, "could not disable Nagle's algorithm");
+        }
         let acceptor = acceptor.clone();
         let router = router.clone();
         let mut stop = stop_rx.clone();

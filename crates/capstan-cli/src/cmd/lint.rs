@@ -78,19 +78,7 @@ pub fn run(args: Args, style: &Style) -> anyhow::Result<Exit> {
 fn print_report(report: &Report, format: Format, style: &Style) -> anyhow::Result<()> {
     match format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&report.to_json())?),
-        Format::Text => {
-            print!("{}", report.render_human(style.color));
-            let summary = format!(
-                "{} error(s), {} warning(s)",
-                report.error_count(),
-                report.warning_count()
-            );
-            if report.has_errors() {
-                eprintln!("{}", style.error(&summary));
-            } else {
-                eprintln!("{}", style.ok(&summary));
-            }
-        }
+        Format::Text => print!("{}", report.render_human(style.color)),
     }
     Ok(())
 }

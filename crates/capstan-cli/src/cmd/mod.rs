@@ -2,6 +2,7 @@
 
 mod apply;
 mod backup;
+mod bench;
 mod delete;
 mod describe;
 pub(crate) mod get;
@@ -33,6 +34,16 @@ pub enum Command {
     Describe(describe::Args),
     /// Delete objects.
     Delete(delete::Args),
+    /// Measure the embedded management plane (and etcd as the yardstick).
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+/// What `capstan bench` measures.
+#[derive(Debug, clap::Subcommand)]
+pub enum BenchCommand {
+    /// The API and its store: throughput, watch latency, memory, restart time; etcd beside it.
+    Store(bench::Args),
 }
 
 /// Runs one subcommand; errors that escape are reported as "could not read" (exit 2).
@@ -47,5 +58,6 @@ pub fn run(command: Command, style: &Style) -> anyhow::Result<Exit> {
         Command::Get(args) => get::run(args, style),
         Command::Describe(args) => describe::run(args, style),
         Command::Delete(args) => delete::run(args, style),
+        Command::Bench(BenchCommand::Store(args)) => bench::run(args),
     }
 }
