@@ -3,6 +3,9 @@
 //!
 //! Typed objects carry `apiVersion` and `kind` as real fields so that a value read from a manifest
 //! round-trips exactly and so that serialising an object always yields a complete, apply-ready document.
+//!
+//! With the `kube` feature every declared object also implements `kube::Resource` (from `kube-core`),
+//! so `kube::Api<IPPool>` and the kube-runtime helpers work on the typed model directly.
 
 /// Whether objects of a kind live in a namespace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -90,6 +93,8 @@ macro_rules! resource {
             }
         };
 
+        $crate::__kube_resource!($name, $group, $version, $plural, $scope);
+
         impl $name {
             /// A new object with the given name and namespace (empty namespace for cluster-scoped kinds).
             pub fn new(name: impl Into<String>, namespace: Option<&str>, spec: $spec) -> Self {
@@ -108,3 +113,66 @@ macro_rules! resource {
         }
     };
 }
+
+/// `kube::Resource` for a type declared with [`resource!`]; a no-op without the `kube` feature. The
+/// feature is decided here, in capstan-model, whichever crate expands `resource!`.
+#[cfg(feature = "kube")]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __kube_resource {
+    ($name:ident, $group:literal, $version:literal, $plural:literal, $scope:ident) => {
+        impl $crate::resource::kube_core::Resource for $name {
+            type DynamicType = ();
+            type Scope = $crate::__kube_scope!($scope);
+
+            fn kind(_: &()) -> ::std::borrow::Cow<'_, str> {
+                ::std::borrow::Cow::Borrowed(stringify!($name))
+            }
+            fn group(_: &()) -> ::std::borrow::Cow<'_, str> {
+                ::std::borrow::Cow::Borrowed($group)
+            }
+            fn version(_: &()) -> ::std::borrow::Cow<'_, str> {
+                ::std::borrow::Cow::Borrowed($version)
+            }
+            fn api_version(_: &()) -> ::std::borrow::Cow<'_, str> {
+                ::std::borrow::Cow::Borrowed(concat!($group, "/", $version))
+            }
+            fn plural(_: &()) -> ::std::borrow::Cow<'_, str> {
+                ::std::borrow::Cow::Borrowed($plural)
+            }
+            fn meta(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &self.metadata
+            }
+            fn meta_mut(
+                &mut self,
+            ) -> &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
+}
+
+#[cfg(not(feature = "kube"))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __kube_resource {
+    ($($any:tt)*) => {};
+}
+
+/// The `kube-core` scope marker type of a [`Scope`] variant.
+#[cfg(feature = "kube")]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __kube_scope {
+    (Namespaced) => {
+        $crate::resource::kube_core::NamespaceResourceScope
+    };
+    (Cluster) => {
+        $crate::resource::kube_core::ClusterResourceScope
+    };
+}
+
+/// Re-exported so the expansion of [`resource!`] names `kube-core` through this crate.
+#[cfg(feature = "kube")]
+#[doc(hidden)]
+pub use kube_core;

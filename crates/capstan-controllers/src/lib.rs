@@ -1,0 +1,116 @@
+//! capstan's controllers, and how to run them.
+//!
+//! - [`ipam`]: the Metal3 IPAM pool allocator (IPClaim → IPAddress from an IPPool).
+//! - [`gc`]: the owner-reference garbage collector, for the embedded API server only (a real
+//!   cluster has its own).
+//!
+//! [`run_controllers`] starts every shipped controller on a client — the in-process one for
+//! `capstan serve`, a kubeconfig one for standalone `capstan controllers` — and returns on shutdown.
+//! [`crds`] lists the CustomResourceDefinitions the controllers need on a real cluster.
+
+pub mod gc;
+pub mod ipam;
+
+use capstan_runtime::{RunOptions, RuntimeError, Task, controller_task};
+use kube::Client;
+use serde_json::Value;
+use std::time::Duration;
+
+/// How [`run_controllers`] runs.
+#[derive(Clone, Debug)]
+pub struct ControllerOptions {
+    /// Shutdown, metrics, health, identity and leader election.
+    pub runtime: RunOptions,
+    /// Run the garbage collector with a full sweep this often (the embedded API has no other);
+    /// `None` against a real cluster.
+    pub garbage_collection: Option<Duration>,
+}
+
+impl ControllerOptions {
+    /// For controllers in the same process as the embedded API server: no leader election, with
+    /// the garbage collector.
+    pub fn embedded(runtime: RunOptions) -> Self {
+        Self {
+            runtime,
+            garbage_collection: Some(gc::DEFAULT_SWEEP_INTERVAL),
+        }
+    }
+
+    /// For controllers against a separate API server (`runtime` normally carries leader election):
+    /// no garbage collector.
+    pub fn standalone(runtime: RunOptions) -> Self {
+        Self {
+            runtime,
+            garbage_collection: None,
+        }
+    }
+}
+
+/// The shipped controllers, made afresh (a leader runs a new set each term).
+pub fn shipped_controllers(options: &ControllerOptions) -> Vec<Box<dyn Task>> {
+    let mut tasks = vec![
+        controller_task(ipam::ClaimController::new()),
+        controller_task(ipam::PoolController),
+    ];
+    if let Some(interval) = options.garbage_collection {
+        tasks.push(Box::new(gc::GarbageCollector::new(interval)));
+    }
+    tasks
+}
+
+/// Runs every shipped controller until `options.runtime.shutdown` is cancelled (or one fails).
+pub async fn run_controllers(
+    client: Client,
+    options: ControllerOptions,
+) -> Result<(), RuntimeError> {
+    let make = {
+        let options = options.clone();
+        move || shipped_controllers(&options)
+    };
+    capstan_runtime::run(client, options.runtime, make).await
+}
+
+/// The CustomResourceDefinitions the controllers need: capstan's built-in kinds outside the core
+/// and platform groups (what `capstan crds` prints for installing into a real cluster).
+pub fn crds() -> Vec<Value> {
+    const PLATFORM_GROUPS: &[&str] = &[
+        "",
+        "apiextensions.k8s.io",
+        "coordination.k8s.io",
+        "events.k8s.io",
+    ];
+    capstan_apiserver::registry::builtin_crds()
+        .into_iter()
+        .filter(|crd| {
+            crd["spec"]["group"]
+                .as_str()
+                .is_some_and(|g| !PLATFORM_GROUPS.contains(&g))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crds_cover_the_controllers_kinds_and_nothing_core() {
+        let crds = crds();
+        let names: Vec<&str> = crds
+            .iter()
+            .filter_map(|c| c["metadata"]["name"].as_str())
+            .collect();
+        for wanted in [
+            "ippools.ipam.metal3.io",
+            "ipclaims.ipam.metal3.io",
+            "ipaddresses.ipam.metal3.io",
+            "clusters.cluster.x-k8s.io",
+        ] {
+            assert!(names.contains(&wanted), "{wanted} missing from {names:?}");
+        }
+        assert!(crds.iter().all(|c| c["kind"] == "CustomResourceDefinition"));
+        assert!(!names.iter().any(|n| *n == "secrets"
+            || n.ends_with(".events.k8s.io")
+            || n.ends_with("coordination.k8s.io")));
+    }
+}

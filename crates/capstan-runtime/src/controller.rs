@@ -1,0 +1,551 @@
+//! The controller harness: a [`Reconciler`] says what it reconciles and how; the harness runs it with
+//! `kube_runtime::Controller` and adds what every capstan controller shares.
+//!
+//! Around each reconcile the harness:
+//! - skips the object when it, or the Cluster it belongs to, is paused (`cluster.x-k8s.io/paused`
+//!   annotation, or `spec.paused` on the Cluster), and re-triggers it when that Cluster changes;
+//! - adds and removes the controller's finalizer with `kube_runtime::finalizer`, calling
+//!   [`Reconciler::cleanup`] once the object is being deleted;
+//! - hands the reconciler a [`Context`] with the client and an event recorder;
+//! - records metrics (reconciles by result, duration, errors, in flight);
+//! - requeues failures with a per-object exponential backoff (1 s doubling to 5 min), forgotten on
+//!   the next success.
+//!
+//! Reconcilers stay level-triggered: they look at the object as it is, make one pass, write status
+//! once, and return an [`Action`]. A failed pass is retried by the requeue, never by a loop inside.
+
+use crate::metrics::{ControllerMetrics, ReconcileResult};
+use crate::{RuntimeError, Task, TaskEnv};
+use capstan_model::meta::{ANNOTATION_PAUSED, LABEL_CLUSTER_NAME};
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use kube::runtime::controller::{self, Action, Config, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::finalizer::{self, finalizer};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// First retry delay after a failed reconcile.
+pub const BACKOFF_INITIAL: Duration = Duration::from_secs(1);
+/// Longest retry delay after repeated failures.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
+
+/// What a controller reconciles and how.
+pub trait Reconciler: Send + Sync + 'static {
+    /// The kind this controller reconciles.
+    type Object: Resource<DynamicType = (), Scope: ApiScope>
+        + Clone
+        + Debug
+        + DeserializeOwned
+        + Serialize
+        + Send
+        + Sync
+        + 'static;
+    /// Why a reconcile failed.
+    type Error: std::error::Error + Send + Sync + 'static;
+
+    /// The controller's name: the metrics label, the event reporter and the log target.
+    fn name(&self) -> &'static str;
+
+    /// How many objects are reconciled at once (one object is never reconciled twice at once).
+    fn concurrency(&self) -> u16 {
+        2
+    }
+
+    /// The finalizer this controller owns, when it has cleanup to do before an object goes away.
+    /// With one, [`Reconciler::cleanup`] runs once the object is being deleted.
+    fn finalizer(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// The Cluster an object belongs to (same namespace), whose pause also pauses the object. The
+    /// default reads the `cluster.x-k8s.io/cluster-name` label.
+    fn cluster_name(&self, object: &Self::Object) -> Option<String> {
+        object.labels().get(LABEL_CLUSTER_NAME).cloned()
+    }
+
+    /// Whether objects follow their Cluster's pause. When true, the harness watches Clusters and
+    /// re-triggers their objects when a Cluster changes (so unpausing resumes them).
+    fn follows_cluster_pause(&self) -> bool {
+        false
+    }
+
+    /// Adds triggers to the controller: `owns`, `watches` with a mapping, periodic requeues.
+    fn configure(
+        &self,
+        controller: Controller<Self::Object>,
+        _client: &Client,
+    ) -> Controller<Self::Object> {
+        controller
+    }
+
+    /// Brings the world in line with `object` (which is not being deleted when the controller has a
+    /// finalizer).
+    fn reconcile(
+        &self,
+        object: Arc<Self::Object>,
+        context: Arc<Context>,
+    ) -> impl Future<Output = Result<Action, Self::Error>> + Send;
+
+    /// Releases what `object` holds before its finalizer is removed. Only called for controllers
+    /// with a finalizer.
+    fn cleanup(
+        &self,
+        _object: Arc<Self::Object>,
+        _context: Arc<Context>,
+    ) -> impl Future<Output = Result<Action, Self::Error>> + Send {
+        async { Ok(Action::await_change()) }
+    }
+}
+
+/// How to address one object of a kind, by the kind's scope.
+pub trait ApiScope {
+    /// An `Api` that can read and write objects of `K` in `namespace` (ignored for cluster-scoped
+    /// kinds).
+    fn api<K: Resource<DynamicType = (), Scope = Self>>(
+        client: Client,
+        namespace: Option<&str>,
+    ) -> Api<K>
+    where
+        Self: Sized;
+}
+
+impl ApiScope for kube::core::NamespaceResourceScope {
+    fn api<K: Resource<DynamicType = (), Scope = Self>>(
+        client: Client,
+        namespace: Option<&str>,
+    ) -> Api<K> {
+        match namespace {
+            Some(namespace) => Api::namespaced(client, namespace),
+            None => Api::default_namespaced(client),
+        }
+    }
+}
+
+impl ApiScope for kube::core::ClusterResourceScope {
+    fn api<K: Resource<DynamicType = (), Scope = Self>>(
+        client: Client,
+        _namespace: Option<&str>,
+    ) -> Api<K> {
+        Api::all(client)
+    }
+}
+
+/// What a reconcile gets besides the object.
+pub struct Context {
+    client: Client,
+    recorder: Recorder,
+    controller: &'static str,
+}
+
+impl Context {
+    /// A context for `controller`, reporting events as `identity`.
+    pub fn new(client: Client, controller: &'static str, identity: &str) -> Self {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: controller.to_owned(),
+                instance: Some(identity.to_owned()),
+            },
+        );
+        Self {
+            client,
+            recorder,
+            controller,
+        }
+    }
+
+    /// The API client.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The controller's name.
+    pub fn controller(&self) -> &'static str {
+        self.controller
+    }
+
+    /// Publishes an Event about `object` (`events.k8s.io/v1`; `kubectl describe` shows it). Events
+    /// are best effort: a failure is logged and does not fail the reconcile.
+    pub async fn publish<K: Resource<DynamicType = ()>>(
+        &self,
+        object: &K,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: impl Into<String>,
+    ) {
+        let event = Event {
+            type_,
+            reason: reason.to_owned(),
+            note: Some(note.into()),
+            action: action.to_owned(),
+            secondary: None,
+        };
+        if let Err(err) = self.recorder.publish(&event, &object.object_ref(&())).await {
+            tracing::warn!(
+                controller = self.controller,
+                object = %object.name_any(),
+                reason,
+                error = %err,
+                "publishing an event failed"
+            );
+        }
+    }
+}
+
+/// Why one reconcile failed, as the harness sees it.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError<E: std::error::Error + 'static> {
+    #[error("reconcile")]
+    Reconcile(#[source] E),
+    #[error("finalizer")]
+    Finalizer(#[source] Box<finalizer::Error<E>>),
+    #[error("reading the owning Cluster {name}")]
+    Cluster {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// Per-object retry delays: doubled on every failure, forgotten on success.
+#[derive(Debug, Default)]
+pub struct Backoff {
+    delays: Mutex<HashMap<(Option<String>, String), Duration>>,
+}
+
+impl Backoff {
+    fn delays(&self) -> MutexGuard<'_, HashMap<(Option<String>, String), Duration>> {
+        // A panic while holding the lock leaves plain durations behind: still usable.
+        self.delays.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The delay before retrying `(namespace, name)` after one more failure.
+    pub fn next(&self, namespace: Option<&str>, name: &str) -> Duration {
+        let mut delays = self.delays();
+        let key = (namespace.map(str::to_owned), name.to_owned());
+        let delay = delays
+            .get(&key)
+            .map_or(BACKOFF_INITIAL, |d| (*d * 2).min(BACKOFF_MAX));
+        delays.insert(key, delay);
+        delay
+    }
+
+    /// Forgets the failures of `(namespace, name)`.
+    pub fn reset(&self, namespace: Option<&str>, name: &str) {
+        self.delays()
+            .remove(&(namespace.map(str::to_owned), name.to_owned()));
+    }
+
+    /// How many objects have a pending backoff.
+    pub fn len(&self) -> usize {
+        self.delays().len()
+    }
+
+    /// Whether no object has a pending backoff.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Everything one controller's reconciles share.
+struct Shared<R: Reconciler> {
+    reconciler: Arc<R>,
+    context: Arc<Context>,
+    metrics: ControllerMetrics,
+    backoff: Backoff,
+}
+
+/// The `cluster.x-k8s.io` Cluster as the harness reads it: only its pause matters, so it is read
+/// untyped and no Cluster version or shape can make the read fail.
+fn cluster_resource() -> ApiResource {
+    ApiResource {
+        group: "cluster.x-k8s.io".into(),
+        version: "v1beta2".into(),
+        api_version: "cluster.x-k8s.io/v1beta2".into(),
+        kind: "Cluster".into(),
+        plural: "clusters".into(),
+    }
+}
+
+/// Whether `annotations` pause reconciliation (the annotation's value does not matter, as in CAPI).
+fn has_paused_annotation(meta: &kube::api::ObjectMeta) -> bool {
+    meta.annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(ANNOTATION_PAUSED))
+}
+
+async fn is_paused<R: Reconciler>(
+    shared: &Shared<R>,
+    object: &R::Object,
+) -> Result<bool, ReconcileError<R::Error>> {
+    if has_paused_annotation(object.meta()) {
+        return Ok(true);
+    }
+    // Only controllers that watch Clusters honour their pause: the others would not notice the
+    // Cluster being unpaused.
+    if !shared.reconciler.follows_cluster_pause() {
+        return Ok(false);
+    }
+    let (Some(cluster), Some(namespace)) = (
+        shared.reconciler.cluster_name(object),
+        object.meta().namespace.as_deref(),
+    ) else {
+        return Ok(false);
+    };
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        shared.context.client.clone(),
+        namespace,
+        &cluster_resource(),
+    );
+    let found = api
+        .get_opt(&cluster)
+        .await
+        .map_err(|source| ReconcileError::Cluster {
+            name: cluster.clone(),
+            source,
+        })?;
+    Ok(found.is_some_and(|c| {
+        has_paused_annotation(&c.metadata) || c.data["spec"]["paused"].as_bool() == Some(true)
+    }))
+}
+
+async fn reconcile_once<R: Reconciler>(
+    object: Arc<R::Object>,
+    shared: &Shared<R>,
+) -> Result<Option<Action>, ReconcileError<R::Error>> {
+    if is_paused(shared, &object).await? {
+        return Ok(None);
+    }
+    let reconciler = &shared.reconciler;
+    let context = shared.context.clone();
+    let Some(finalizer_name) = reconciler.finalizer() else {
+        return reconciler
+            .reconcile(object, context)
+            .await
+            .map(Some)
+            .map_err(ReconcileError::Reconcile);
+    };
+    let api = <<R::Object as Resource>::Scope as ApiScope>::api::<R::Object>(
+        context.client.clone(),
+        object.meta().namespace.as_deref(),
+    );
+    if object.finalizers().is_empty() && object.meta().deletion_timestamp.is_none() {
+        // kube's helper adds a first finalizer with a JSON-patch `test` of a missing field against
+        // null, which only some servers accept; a merge patch guarded by the resourceVersion is
+        // understood everywhere. The write triggers the next reconcile, as the helper's would.
+        let patch = serde_json::json!({"metadata": {
+            "finalizers": [finalizer_name],
+            "resourceVersion": object.meta().resource_version,
+        }});
+        api.patch(
+            &object.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .map_err(|e| ReconcileError::Finalizer(Box::new(finalizer::Error::AddFinalizer(e))))?;
+        return Ok(Some(Action::await_change()));
+    }
+    finalizer(&api, finalizer_name, object, |event| async move {
+        match event {
+            finalizer::Event::Apply(object) => reconciler.reconcile(object, context).await,
+            finalizer::Event::Cleanup(object) => reconciler.cleanup(object, context).await,
+        }
+    })
+    .await
+    .map(Some)
+    .map_err(|e| ReconcileError::Finalizer(Box::new(e)))
+}
+
+async fn reconcile<R: Reconciler>(
+    object: Arc<R::Object>,
+    shared: Arc<Shared<R>>,
+) -> Result<Action, ReconcileError<R::Error>> {
+    let name = shared.reconciler.name();
+    let _running = shared.metrics.in_flight(name);
+    let started = Instant::now();
+    let namespace = object.meta().namespace.clone();
+    let object_name = object.name_any();
+    let outcome = reconcile_once(object, &shared).await;
+    let result = match &outcome {
+        Ok(Some(_)) => ReconcileResult::Success,
+        Ok(None) => ReconcileResult::Paused,
+        Err(_) => ReconcileResult::Error,
+    };
+    shared.metrics.record(name, result, started.elapsed());
+    if result != ReconcileResult::Error {
+        shared.backoff.reset(namespace.as_deref(), &object_name);
+    }
+    // A paused object waits for a change to itself or (through the Cluster watch) to its Cluster.
+    outcome.map(|action| action.unwrap_or_else(Action::await_change))
+}
+
+fn error_policy<R: Reconciler>(
+    object: Arc<R::Object>,
+    error: &ReconcileError<R::Error>,
+    shared: Arc<Shared<R>>,
+) -> Action {
+    let delay = shared
+        .backoff
+        .next(object.meta().namespace.as_deref(), &object.name_any());
+    tracing::warn!(
+        controller = shared.reconciler.name(),
+        object = %object.name_any(),
+        namespace = object.meta().namespace.as_deref().unwrap_or_default(),
+        retry_in = ?delay,
+        error = %ErrorChain(error),
+        "reconcile failed"
+    );
+    Action::requeue(delay)
+}
+
+/// Formats an error with all its sources, `a: b: c`.
+pub struct ErrorChain<'a>(pub &'a (dyn std::error::Error + 'static));
+
+impl std::fmt::Display for ErrorChain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut shown = self.0.to_string();
+        write!(f, "{shown}")?;
+        let mut source = self.0.source();
+        while let Some(err) = source {
+            // Some libraries (kube among them) put their source into their own message already.
+            let text = err.to_string();
+            if !shown.contains(&text) {
+                write!(f, ": {text}")?;
+            }
+            shown = text;
+            source = err.source();
+        }
+        Ok(())
+    }
+}
+
+/// A [`Task`] that runs `reconciler` under the harness.
+pub fn controller_task<R: Reconciler>(reconciler: R) -> Box<dyn Task> {
+    Box::new(ControllerTask {
+        reconciler: Arc::new(reconciler),
+    })
+}
+
+struct ControllerTask<R: Reconciler> {
+    reconciler: Arc<R>,
+}
+
+impl<R: Reconciler> Task for ControllerTask<R> {
+    fn name(&self) -> &'static str {
+        self.reconciler.name()
+    }
+
+    fn run(self: Box<Self>, env: TaskEnv) -> BoxFuture<'static, Result<(), RuntimeError>> {
+        Box::pin(run_controller(self.reconciler, env))
+    }
+}
+
+async fn run_controller<R: Reconciler>(
+    reconciler: Arc<R>,
+    env: TaskEnv,
+) -> Result<(), RuntimeError> {
+    let name = reconciler.name();
+    let shared = Arc::new(Shared {
+        reconciler: reconciler.clone(),
+        context: Arc::new(Context::new(env.client.clone(), name, &env.identity)),
+        metrics: env.metrics.clone(),
+        backoff: Backoff::default(),
+    });
+    let mut controller = Controller::new(
+        Api::<R::Object>::all(env.client.clone()),
+        watcher::Config::default(),
+    )
+    .with_config(Config::default().concurrency(reconciler.concurrency()));
+    if reconciler.follows_cluster_pause() {
+        let store = controller.store();
+        let mapper = reconciler.clone();
+        controller = controller.watches_with(
+            Api::<DynamicObject>::all_with(env.client.clone(), &cluster_resource()),
+            cluster_resource(),
+            watcher::Config::default(),
+            move |cluster: DynamicObject| {
+                store
+                    .state()
+                    .into_iter()
+                    .filter(|o| {
+                        o.meta().namespace == cluster.metadata.namespace
+                            && mapper.cluster_name(o) == cluster.metadata.name
+                    })
+                    .map(|o| ObjectRef::from_obj(&*o))
+                    .collect::<Vec<_>>()
+            },
+        );
+    }
+    controller = reconciler.configure(controller, &env.client);
+    tracing::info!(controller = name, "controller started");
+    controller
+        .graceful_shutdown_on(env.shutdown.clone().cancelled_owned())
+        .run(reconcile::<R>, error_policy::<R>, shared.clone())
+        .for_each(|result| {
+            match result {
+                Ok(_) => {}
+                // Already logged by the error policy.
+                Err(controller::Error::ReconcilerFailed(..)) => {}
+                Err(controller::Error::ObjectNotFound(object)) => {
+                    // Gone while a retry was scheduled: its backoff is moot.
+                    shared
+                        .backoff
+                        .reset(object.namespace.as_deref(), &object.name);
+                }
+                Err(err) => {
+                    tracing::warn!(controller = name, error = %ErrorChain(&err), "controller stream");
+                }
+            }
+            futures::future::ready(())
+        })
+        .await;
+    tracing::info!(controller = name, "controller stopped");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_to_the_cap_and_resets() {
+        let backoff = Backoff::default();
+        let delays: Vec<_> = (0..12).map(|_| backoff.next(Some("ns"), "a")).collect();
+        assert_eq!(delays[0], Duration::from_secs(1));
+        assert_eq!(delays[1], Duration::from_secs(2));
+        assert_eq!(delays[8], Duration::from_secs(256));
+        assert_eq!(delays[9], BACKOFF_MAX);
+        assert_eq!(delays[11], BACKOFF_MAX);
+        assert_eq!(backoff.next(Some("ns"), "b"), BACKOFF_INITIAL);
+        backoff.reset(Some("ns"), "a");
+        assert_eq!(backoff.next(Some("ns"), "a"), BACKOFF_INITIAL);
+        assert_eq!(backoff.len(), 2);
+    }
+
+    #[test]
+    fn error_chain_lists_every_source() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("outer")]
+        struct Outer(#[source] std::io::Error);
+        let err = Outer(std::io::Error::other("inner"));
+        assert_eq!(ErrorChain(&err).to_string(), "outer: inner");
+
+        #[derive(Debug, thiserror::Error)]
+        #[error("wrapped: {0}")]
+        struct Repeats(#[source] std::io::Error);
+        let err = Repeats(std::io::Error::other("inner"));
+        assert_eq!(ErrorChain(&err).to_string(), "wrapped: inner");
+    }
+}

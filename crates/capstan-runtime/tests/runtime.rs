@@ -1,0 +1,239 @@
+//! The runtime against the embedded API server in-process: the in-process client (typed model
+//! objects, watches), Lease leader election (exclusion, release, stepping down, expiry) and the
+//! standalone health router.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use capstan_apiserver::conversion::ApiVersionRewrite;
+use capstan_apiserver::{ApiServer, Auth};
+use capstan_model::ipam::{IPPool, IpPoolSpec, Pool};
+use capstan_runtime::{
+    CancellationToken, ControllerMetrics, Health, LeaderElectionConfig, LeaderElector,
+    RuntimeError, health_router, in_process_client, metrics_registry,
+};
+use capstan_store::{Store, StoreOptions};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ObjectMeta, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+use tower::ServiceExt;
+
+/// Upper bound for anything the tests wait on.
+const WAIT: Duration = Duration::from_secs(30);
+
+async fn api() -> (tempfile::TempDir, Client) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("state.db"), StoreOptions::default()).unwrap();
+    let server = ApiServer::new(
+        store,
+        Arc::new(ApiVersionRewrite),
+        Auth { tokens: Vec::new() },
+    )
+    .await
+    .unwrap();
+    (dir, in_process_client(server.router()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_process_client_reads_writes_and_watches_typed_objects() {
+    let (_dir, client) = api().await;
+    let pools: Api<IPPool> = Api::namespaced(client.clone(), "default");
+    let mut watch = watcher(pools.clone(), watcher::Config::default())
+        .applied_objects()
+        .boxed();
+    let pool = IPPool::new(
+        "provisioning",
+        Some("default"),
+        IpPoolSpec {
+            name_prefix: "prov".into(),
+            pools: vec![Pool {
+                start: Some("10.0.0.10".into()),
+                end: Some("10.0.0.20".into()),
+                ..Pool::default()
+            }],
+            ..IpPoolSpec::default()
+        },
+    );
+    let created = pools.create(&PostParams::default(), &pool).await.unwrap();
+    assert!(created.uid().is_some());
+    assert_eq!(pools.get("provisioning").await.unwrap().spec, pool.spec);
+    let seen = tokio::time::timeout(WAIT, watch.try_next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(seen.name_any(), "provisioning");
+
+    let maps: Api<ConfigMap> = Api::default_namespaced(client);
+    let map = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some("settings".into()),
+            ..ObjectMeta::default()
+        },
+        data: Some([("a".to_owned(), "1".to_owned())].into()),
+        ..ConfigMap::default()
+    };
+    maps.create(&PostParams::default(), &map).await.unwrap();
+    assert_eq!(maps.get("settings").await.unwrap().data, map.data);
+}
+
+fn election(identity: &str) -> LeaderElectionConfig {
+    LeaderElectionConfig {
+        namespace: "kube-system".into(),
+        name: "test-controllers".into(),
+        identity: identity.into(),
+        lease_duration: Duration::from_secs(3),
+        renew_deadline: Duration::from_secs(2),
+        retry_period: Duration::from_millis(100),
+    }
+}
+
+type Leading = mpsc::UnboundedSender<(&'static str, bool)>;
+
+/// A `lead` function that reports when its term starts and ends.
+fn lead(
+    identity: &'static str,
+    tx: Leading,
+) -> impl FnMut(CancellationToken) -> futures::future::BoxFuture<'static, Result<(), RuntimeError>>
+{
+    move |term| {
+        let tx = tx.clone();
+        Box::pin(async move {
+            tx.send((identity, true)).unwrap();
+            term.cancelled().await;
+            tx.send((identity, false)).unwrap();
+            Ok(())
+        })
+    }
+}
+
+async fn next(rx: &mut mpsc::UnboundedReceiver<(&'static str, bool)>) -> (&'static str, bool) {
+    tokio::time::timeout(WAIT, rx.recv())
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_leader_at_a_time_with_release_step_down_and_expiry() {
+    let (_dir, client) = api().await;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+
+    let a_stop = CancellationToken::new();
+    let a_health = Health::default();
+    let a = tokio::spawn(LeaderElector::new(client.clone(), election("a")).run(
+        a_stop.clone(),
+        a_health.clone(),
+        lead("a", tx.clone()),
+    ));
+    assert_eq!(next(&mut rx).await, ("a", true));
+    assert!(a_health.is_leader());
+
+    // While "a" renews, nobody else can take the Lease.
+    let mut other = LeaderElector::new(client.clone(), election("c"));
+    assert!(!other.try_acquire_or_renew().await.unwrap());
+
+    let b_stop = CancellationToken::new();
+    let b_health = Health::default();
+    let b = tokio::spawn(LeaderElector::new(client.clone(), election("b")).run(
+        b_stop.clone(),
+        b_health.clone(),
+        lead("b", tx.clone()),
+    ));
+
+    // "a" shuts down and releases: "b" takes over well before the Lease could have expired.
+    a_stop.cancel();
+    assert_eq!(next(&mut rx).await, ("a", false));
+    let released = Instant::now();
+    a.await.unwrap().unwrap();
+    assert!(!a_health.is_leader());
+    assert_eq!(next(&mut rx).await, ("b", true));
+    assert!(
+        released.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        released.elapsed()
+    );
+
+    // Someone else writes the Lease: "b" finds it lost at its next renewal and steps down.
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
+    let mut lease = leases.get("test-controllers").await.unwrap();
+    let spec = lease.spec.as_mut().unwrap();
+    spec.holder_identity = Some("intruder".into());
+    spec.renew_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+        k8s_openapi::jiff::Timestamp::now(),
+    ));
+    leases
+        .replace("test-controllers", &PostParams::default(), &lease)
+        .await
+        .unwrap();
+    assert_eq!(next(&mut rx).await, ("b", false));
+
+    // The intruder never renews: once its Lease expires, "b" leads again.
+    let lost = Instant::now();
+    assert_eq!(next(&mut rx).await, ("b", true));
+    assert!(
+        lost.elapsed() >= Duration::from_secs(2),
+        "took over after {:?}",
+        lost.elapsed()
+    );
+    assert!(b_health.is_leader());
+
+    b_stop.cancel();
+    assert_eq!(next(&mut rx).await, ("b", false));
+    b.await.unwrap().unwrap();
+    let released = leases.get("test-controllers").await.unwrap();
+    assert_eq!(released.spec.unwrap().holder_identity, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_router_reports_readiness_and_metrics() {
+    let metrics = ControllerMetrics::default();
+    metrics.record(
+        "demo",
+        capstan_runtime::metrics::ReconcileResult::Success,
+        Duration::from_millis(2),
+    );
+    let health = Health::default();
+    let router = health_router(health.clone(), metrics_registry(&metrics));
+    let get = |path: &'static str| {
+        let router = router.clone();
+        async move {
+            let response = router
+                .oneshot(
+                    http::Request::get(path)
+                        .body(axum::body::Body::empty())
+                        .unwrap(),
+                )
+                .await
+                .unwrap();
+            let status = response.status();
+            let body = http_body_util::BodyExt::collect(response.into_body())
+                .await
+                .unwrap()
+                .to_bytes();
+            (status, String::from_utf8(body.to_vec()).unwrap())
+        }
+    };
+    assert_eq!(get("/healthz").await.0, 200);
+    assert_eq!(get("/readyz").await.0, 503);
+    health.set_running(true);
+    assert_eq!(
+        get("/readyz").await,
+        (http::StatusCode::OK, "ok (standby)".to_owned())
+    );
+    health.set_leader(true);
+    assert_eq!(get("/readyz").await.1, "ok (leader)");
+    let (status, text) = get("/metrics").await;
+    assert_eq!(status, 200);
+    assert!(
+        text.contains(
+            "capstan_controller_reconciles_total{controller=\"demo\",result=\"success\"} 1"
+        ),
+        "{text}"
+    );
+}
