@@ -385,6 +385,54 @@ fn selectors(request: &Request) -> Result<(LabelSelector, FieldSelector), ApiErr
     Ok((labels, fields))
 }
 
+/// The store filter for selectors; none when both are empty, so objects need not be parsed.
+fn selector_filter(labels: LabelSelector, fields: FieldSelector) -> Option<capstan_store::Filter> {
+    if labels.is_empty() && fields.is_empty() {
+        return None;
+    }
+    Some(Box::new(move |v: &Value| {
+        labels.matches(&labels_of(v)) && fields.matches(v)
+    }))
+}
+
+/// A list body assembled from stored JSON text without parsing it: used when the requested version
+/// is the storage version, so no conversion is needed. Large lists stay cheap.
+fn raw_list_response(
+    request: &Request,
+    list_rv: u64,
+    continue_token: Option<String>,
+    items: &[StoredObject],
+) -> Response {
+    let mut metadata = json!({"resourceVersion": list_rv.to_string()});
+    if let (Some(token), Some(m)) = (continue_token, metadata.as_object_mut()) {
+        m.insert("continue".into(), Value::String(token));
+    }
+    let size: usize = items.iter().map(|i| i.json.len() + 1).sum();
+    let mut body = String::with_capacity(size + 256);
+    body.push_str(&format!(
+        "{{\"apiVersion\":{},\"kind\":{},\"metadata\":{},\"items\":[",
+        Value::String(request.served.api_version()),
+        Value::String(request.served.crd.list_kind.clone()),
+        metadata
+    ));
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            body.push(',');
+        }
+        body.push_str(&item.json);
+    }
+    body.push_str("]}");
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+impl Request {
+    /// Whether stored objects can be returned as they are (same version, no reshaping).
+    fn passthrough(&self) -> bool {
+        self.served.version == self.served.storage_version()
+            && !(self.kind() == "Event" && self.group() == "events.k8s.io")
+    }
+}
+
 async fn list(state: Arc<ApiState>, request: Request) -> Result<Response, ApiError> {
     let (labels, fields) = selectors(&request)?;
     let limit = request
@@ -406,7 +454,7 @@ async fn list(state: Arc<ApiState>, request: Request) -> Result<Response, ApiErr
             request.path.namespace.clone(),
             after,
             limit,
-            move |v| labels.matches(&labels_of(v)) && fields.matches(v),
+            selector_filter(labels, fields),
         )
         .await?;
     let list_rv = first_rv.unwrap_or(page.resource_version);
@@ -414,6 +462,14 @@ async fn list(state: Arc<ApiState>, request: Request) -> Result<Response, ApiErr
         .continue_after
         .as_ref()
         .map(|after| encode_continue(list_rv, after));
+    if request.passthrough() && !request.wants_table() {
+        return Ok(raw_list_response(
+            &request,
+            list_rv,
+            continue_token,
+            &page.items,
+        ));
+    }
     let items = page
         .items
         .iter()
@@ -499,7 +555,7 @@ async fn watch_collection(state: Arc<ApiState>, request: Request) -> Result<Resp
                     request.path.namespace.clone(),
                     None,
                     None,
-                    move |v| filter(v),
+                    Some(Box::new(move |v: &Value| filter(v))),
                 )
                 .await?;
             let mut lines = Vec::with_capacity(page.items.len());
@@ -839,6 +895,43 @@ fn patch_kind(headers: &HeaderMap) -> Result<PatchKind, ApiError> {
     }
 }
 
+/// Kubernetes treats a JSON patch `test` of `null` against a missing path as passing (kube-runtime's
+/// finalizer helper relies on it to add the first finalizer); the patch library does not, so such
+/// tests are dropped when the path is indeed absent.
+fn tolerate_null_tests(target: &Value, patch: &Value) -> Value {
+    match patch.as_array() {
+        Some(ops) => Value::Array(
+            ops.iter()
+                .filter(|op| {
+                    !(op["op"] == "test"
+                        && op["value"].is_null()
+                        && op["path"]
+                            .as_str()
+                            .is_some_and(|p| target.pointer(p).is_none()))
+                })
+                .cloned()
+                .collect(),
+        ),
+        None => patch.clone(),
+    }
+}
+
+/// The resourceVersion a JSON patch sets or tests, if any.
+fn json_patch_precondition(patch: &Value) -> Result<Option<u64>, ApiError> {
+    let named = patch.as_array().into_iter().flatten().find_map(|op| {
+        (op["path"] == "/metadata/resourceVersion"
+            && matches!(op["op"].as_str(), Some("test" | "replace" | "add")))
+        .then(|| op["value"].as_str())
+        .flatten()
+    });
+    match named {
+        None => Ok(None),
+        Some(text) => text.parse().map(Some).map_err(|_| {
+            ApiError::BadRequest(format!("metadata.resourceVersion {text:?} is not valid"))
+        }),
+    }
+}
+
 async fn patch(state: Arc<ApiState>, request: Request, body: Bytes) -> Result<Response, ApiError> {
     let kind = patch_kind(&request.headers)?;
     let name = request.path.name.clone().unwrap_or_default();
@@ -875,10 +968,10 @@ async fn patch(state: Arc<ApiState>, request: Request, body: Bytes) -> Result<Re
         match &kind {
             PatchKind::Merge | PatchKind::Apply => json_patch::merge(&mut patched, &patch_doc),
             PatchKind::Json => {
-                let ops: json_patch::Patch =
-                    serde_json::from_value(patch_doc.clone()).map_err(|e| {
-                        ApiError::BadRequest(format!("the JSON patch is not valid: {e}"))
-                    })?;
+                let ops: json_patch::Patch = serde_json::from_value(tolerate_null_tests(
+                    &patched, &patch_doc,
+                ))
+                .map_err(|e| ApiError::BadRequest(format!("the JSON patch is not valid: {e}")))?;
                 json_patch::patch(&mut patched, &ops).map_err(|e| ApiError::Invalid {
                     group: request.group().to_owned(),
                     kind: request.kind().to_owned(),
@@ -888,7 +981,12 @@ async fn patch(state: Arc<ApiState>, request: Request, body: Bytes) -> Result<Re
                 })?;
             }
         }
-        let precondition = precondition_rv(&patched)?;
+        // Only a resourceVersion the patch itself names is a precondition; the one the patched
+        // document inherits from the stored object is not.
+        let precondition = match kind {
+            PatchKind::Json => json_patch_precondition(&patch_doc)?,
+            PatchKind::Merge | PatchKind::Apply => precondition_rv(&patch_doc)?,
+        };
         if let Some(expected) = precondition
             && expected != current.resource_version
         {
@@ -1048,7 +1146,7 @@ async fn delete_collection(state: Arc<ApiState>, request: Request) -> Result<Res
             request.path.namespace.clone(),
             None,
             None,
-            move |v| labels.matches(&labels_of(v)) && fields.matches(v),
+            selector_filter(labels, fields),
         )
         .await?;
     let mut items = Vec::new();

@@ -124,7 +124,7 @@ impl ApiServer {
                 None,
                 None,
                 None,
-                |_| true,
+                None,
             )
             .await?;
         for stored in crds.items {

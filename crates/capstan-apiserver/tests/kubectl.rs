@@ -427,3 +427,96 @@ fn secrets_fold_string_data_and_describe_hides_values() {
         "{described}"
     );
 }
+
+#[test]
+fn patches_merge_concurrently_and_json_patch_tests_of_null_pass_on_missing_paths() {
+    let server = start();
+    ok(&kubectl(&server, &["apply", "-f", "-"], Some(HOSTS)));
+    // Ten label patches at once, none naming a resourceVersion: all land.
+    let children: Vec<_> = (0..10)
+        .map(|i| {
+            Command::new("kubectl")
+                .arg("--kubeconfig")
+                .arg(&server.kubeconfig)
+                .args([
+                    "patch",
+                    "bmh",
+                    "node-0",
+                    "--type",
+                    "merge",
+                    "-p",
+                    &format!(r#"{{"metadata":{{"labels":{{"p{i}":"x"}}}}}}"#),
+                ])
+                .env("HOME", server._dir.path())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let labels = ok(&kubectl(
+        &server,
+        &["get", "bmh", "node-0", "-o", "jsonpath={.metadata.labels}"],
+        None,
+    ));
+    for i in 0..10 {
+        assert!(labels.contains(&format!("\"p{i}\":\"x\"")), "{labels}");
+    }
+    // kube-runtime adds a first finalizer with `test /metadata/finalizers == null` then `add`.
+    let patch = r#"[{"op":"test","path":"/metadata/finalizers","value":null},{"op":"add","path":"/metadata/finalizers","value":["example.com/f"]}]"#;
+    ok(&kubectl(
+        &server,
+        &["patch", "bmh", "node-0", "--type", "json", "-p", patch],
+        None,
+    ));
+    let finalizers = ok(&kubectl(
+        &server,
+        &[
+            "get",
+            "bmh",
+            "node-0",
+            "-o",
+            "jsonpath={.metadata.finalizers}",
+        ],
+        None,
+    ));
+    assert!(finalizers.contains("example.com/f"), "{finalizers}");
+    // The same test now fails: the path exists.
+    assert!(
+        !kubectl(
+            &server,
+            &["patch", "bmh", "node-0", "--type", "json", "-p", patch],
+            None
+        )
+        .status
+        .success()
+    );
+    // A stale resourceVersion named in a merge patch is a precondition: 409.
+    let stale = kubectl(
+        &server,
+        &[
+            "patch",
+            "bmh",
+            "node-0",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"metadata":{"resourceVersion":"1"},"spec":{"online":false}}"#,
+        ],
+        None,
+    );
+    assert!(!stale.status.success());
+    assert!(
+        String::from_utf8_lossy(&stale.stderr).contains("modified"),
+        "{}",
+        String::from_utf8_lossy(&stale.stderr)
+    );
+}

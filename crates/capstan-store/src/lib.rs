@@ -69,6 +69,9 @@ pub enum StoreError {
     },
 }
 
+/// A predicate a list keeps objects by.
+pub type Filter = Box<dyn Fn(&serde_json::Value) -> bool + Send + 'static>;
+
 /// A stored object: its key, the resourceVersion of its last write, and its JSON text (which carries
 /// the same resourceVersion in `metadata.resourceVersion`).
 #[derive(Clone, Debug)]
@@ -253,17 +256,17 @@ impl Store {
 
     /// Lists objects of `resource` (in `namespace`, or all namespaces), in (namespace, name) order,
     /// starting after `after`, keeping those `keep` accepts, at most `limit` of them.
-    pub async fn list<F>(
+    ///
+    /// Without a filter, objects are returned as stored text without being parsed: large lists
+    /// stay cheap in memory and time.
+    pub async fn list(
         &self,
         resource: String,
         namespace: Option<String>,
         after: Option<(String, String)>,
         limit: Option<usize>,
-        keep: F,
-    ) -> Result<ListPage, StoreError>
-    where
-        F: Fn(&serde_json::Value) -> bool + Send + 'static,
-    {
+        keep: Option<Filter>,
+    ) -> Result<ListPage, StoreError> {
         self.read(move |conn| {
             let tx = conn.unchecked_transaction()?;
             let head: u64 = schema::read_meta(&tx, "head")?;
@@ -278,8 +281,9 @@ impl Store {
             let mut continue_after = None;
             while let Some(row) = rows.next()? {
                 let json: String = row.get(3)?;
-                let value: serde_json::Value = serde_json::from_str(&json)?;
-                if !keep(&value) {
+                if let Some(keep) = &keep
+                    && !keep(&serde_json::from_str(&json)?)
+                {
                     continue;
                 }
                 let key = ObjectKey {

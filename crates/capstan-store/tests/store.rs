@@ -99,7 +99,9 @@ async fn lists_page_in_key_order_with_filters() {
                 Some("default".into()),
                 after.clone(),
                 Some(10),
-                |v| v["spec"]["n"].as_u64().unwrap() % 2 == 0,
+                Some(Box::new(|v: &serde_json::Value| {
+                    v["spec"]["n"].as_u64().unwrap() % 2 == 0
+                })),
             )
             .await
             .unwrap();
