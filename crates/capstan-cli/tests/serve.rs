@@ -385,3 +385,97 @@ impl Drop for Serve {
         let _ = self.child.wait();
     }
 }
+
+#[test]
+fn serve_runs_the_ipam_controller_in_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve(&dir.path().join("data"), free_port(), &[]);
+    let pool = "apiVersion: ipam.metal3.io/v1alpha1
+kind: IPPool
+metadata:
+  name: nodes
+spec:
+  namePrefix: nodes
+  gateway: 10.0.0.1
+  prefix: 24
+  pools:
+    - start: 10.0.0.10
+      end: 10.0.0.20
+---
+apiVersion: ipam.metal3.io/v1alpha1
+kind: IPClaim
+metadata:
+  name: node-a
+spec:
+  pool:
+    name: nodes
+";
+    let file = dir.path().join("ipam.yaml");
+    std::fs::write(&file, pool).unwrap();
+    let (ok, _, err) = capstan(&["apply", "-f", file.to_str().unwrap()], &server.kubeconfig);
+    assert!(ok, "{err}");
+    // kubectl waits on a watch until the controller has allocated.
+    let out = Command::new("kubectl")
+        .args(["--kubeconfig", server.kubeconfig.to_str().unwrap()])
+        .args([
+            "wait",
+            "ipclaim/node-a",
+            "--for=jsonpath={.status.address.name}=nodes-10-0-0-10",
+            "--timeout=60s",
+        ])
+        .env("HOME", dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (ok, address, _) = capstan(
+        &["get", "ipaddress", "nodes-10-0-0-10", "-o", "json"],
+        &server.kubeconfig,
+    );
+    assert!(ok);
+    let address: serde_json::Value = serde_json::from_str(&address).unwrap();
+    assert_eq!(address["spec"]["address"], "10.0.0.10");
+    let (ok, described, _) = capstan(&["describe", "ipclaim", "node-a"], &server.kubeconfig);
+    assert!(
+        ok && described.contains("AddressAllocated"),
+        "the allocation is an Event:\n{described}"
+    );
+}
+
+#[test]
+fn crds_prints_definitions_a_kubernetes_api_accepts() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve(&dir.path().join("data"), free_port(), &["--no-controllers"]);
+    let out = Command::new(env!("CARGO_BIN_EXE_capstan"))
+        .arg("crds")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        text.contains("kind: CustomResourceDefinition")
+            && text.contains("baremetalhosts.metal3.io")
+    );
+    assert!(!text.contains("name: secrets"), "core kinds are not CRDs");
+    let file = dir.path().join("crds.yaml");
+    std::fs::write(&file, &text).unwrap();
+    let applied = Command::new("kubectl")
+        .args([
+            "--kubeconfig",
+            server.kubeconfig.to_str().unwrap(),
+            "apply",
+            "-f",
+            file.to_str().unwrap(),
+        ])
+        .env("HOME", dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        applied.status.success(),
+        "{}",
+        String::from_utf8_lossy(&applied.stderr)
+    );
+}

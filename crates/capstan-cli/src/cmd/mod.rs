@@ -3,6 +3,8 @@
 mod apply;
 mod backup;
 mod bench;
+mod controllers;
+mod crds;
 mod delete;
 mod describe;
 pub(crate) mod get;
@@ -34,6 +36,10 @@ pub enum Command {
     Describe(describe::Args),
     /// Delete objects.
     Delete(delete::Args),
+    /// Run capstan's controllers against a real Kubernetes management cluster (leader-elected).
+    Controllers(controllers::Args),
+    /// Print the CustomResourceDefinitions capstan's controllers need.
+    Crds(crds::Args),
     /// Measure the embedded management plane (and etcd as the yardstick).
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -59,5 +65,7 @@ pub fn run(command: Command, style: &Style) -> anyhow::Result<Exit> {
         Command::Describe(args) => describe::run(args, style),
         Command::Delete(args) => delete::run(args, style),
         Command::Bench(BenchCommand::Store(args)) => bench::run(args),
+        Command::Controllers(args) => controllers::run(args, style),
+        Command::Crds(args) => crds::run(args),
     }
 }

@@ -25,6 +25,9 @@ pub struct Args {
     /// Start from a snapshot made by `capstan backup` (only when the data directory has no state yet).
     #[arg(long, value_name = "FILE")]
     restore_from: Option<PathBuf>,
+    /// Serve the API only; run no controllers in this process.
+    #[arg(long)]
+    no_controllers: bool,
 }
 
 pub fn run(args: Args, style: &Style) -> anyhow::Result<Exit> {
@@ -67,7 +70,7 @@ async fn serve(args: Args, style: &Style) -> anyhow::Result<Exit> {
         .context("TLS configuration")?;
     let server = ApiServer::new(
         store,
-        Arc::new(capstan_apiserver::conversion::ApiVersionRewrite),
+        Arc::new(capstan_apiserver::conversion::ModelConverter),
         Auth {
             tokens: vec![credentials.admin_token.clone()],
         },
@@ -93,14 +96,46 @@ async fn serve(args: Args, style: &Style) -> anyhow::Result<Exit> {
     credentials
         .write_kubeconfig(&kubeconfig, &url)
         .context("writing the kubeconfig")?;
+    // The controllers run in this process and reach the API without a TCP hop.
+    let shutdown = capstan_runtime::CancellationToken::new();
+    let controllers = if args.no_controllers {
+        None
+    } else {
+        let metrics = capstan_runtime::ControllerMetrics::default();
+        server
+            .state()
+            .metrics
+            .with_registry(|registry| metrics.register(registry));
+        let client = capstan_runtime::in_process_client(server.router());
+        let options = capstan_controllers::ControllerOptions::embedded(
+            capstan_runtime::RunOptions::new(shutdown.clone()).with_metrics(metrics),
+        );
+        Some(tokio::spawn(capstan_controllers::run_controllers(
+            client, options,
+        )))
+    };
     // One line on stdout when ready: scripts and tests wait for it.
     println!(
         "capstan serve: ready at {url} (kubeconfig: {})",
         kubeconfig.display()
     );
-    capstan_apiserver::serve::serve_tls(server.router(), listener, tls, shutdown_signal())
-        .await
-        .context("serving")?;
+    let stop = shutdown.clone();
+    let serving = capstan_apiserver::serve::serve_tls(server.router(), listener, tls, async move {
+        shutdown_signal().await;
+        // Controllers stop first, while the API still answers their last writes.
+        stop.cancel();
+    });
+    let (served, finished) = tokio::join!(serving, async {
+        match controllers {
+            Some(task) => match task.await {
+                Ok(result) => result.map_err(|e| anyhow::anyhow!("controllers: {e}")),
+                Err(e) => Err(anyhow::anyhow!("controllers: {e}")),
+            },
+            None => Ok(()),
+        }
+    });
+    served.context("serving")?;
+    finished?;
     eprintln!("capstan serve: stopped");
     Ok(Exit::Ok)
 }

@@ -1,0 +1,83 @@
+//! `capstan controllers --kubeconfig FILE`: the same controllers `capstan serve` runs in-process, against
+//! a real Kubernetes management cluster, with Lease-based leader election and `/healthz`, `/readyz`,
+//! `/metrics` on their own port.
+
+use crate::output::{Exit, Style};
+use anyhow::Context;
+use capstan_runtime::{ControllerMetrics, Health, LeaderElectionConfig, RunOptions};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// Arguments of `capstan controllers`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Kubeconfig of the management cluster (default: `$KUBECONFIG`).
+    #[arg(long, env = "KUBECONFIG")]
+    kubeconfig: PathBuf,
+    /// Where `/healthz`, `/readyz` and `/metrics` are served (plain HTTP).
+    #[arg(long, default_value = "127.0.0.1:8081")]
+    health_listen: SocketAddr,
+    /// Run without leader election (only when a single replica runs).
+    #[arg(long)]
+    no_leader_election: bool,
+}
+
+pub fn run(args: Args, _style: &Style) -> anyhow::Result<Exit> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async {
+        let client = capstan_runtime::client_from_kubeconfig(&args.kubeconfig)
+            .await
+            .with_context(|| format!("connecting with {}", args.kubeconfig.display()))?;
+        let shutdown = capstan_runtime::CancellationToken::new();
+        let (metrics, health) = (ControllerMetrics::default(), Health::default());
+        let mut options = RunOptions::new(shutdown.clone())
+            .with_metrics(metrics.clone())
+            .with_health(health.clone());
+        if !args.no_leader_election {
+            options = options.with_leader_election(LeaderElectionConfig::new(
+                capstan_runtime::default_identity(),
+            ));
+        }
+        let listener = tokio::net::TcpListener::bind(args.health_listen)
+            .await
+            .with_context(|| format!("listening on {}", args.health_listen))?;
+        let router =
+            capstan_runtime::health_router(health, capstan_runtime::metrics_registry(&metrics));
+        let health_server = tokio::spawn(
+            axum::serve(listener, router)
+                .with_graceful_shutdown(shutdown.clone().cancelled_owned())
+                .into_future(),
+        );
+        let signal = shutdown.clone();
+        tokio::spawn(async move {
+            let _ = tokio::signal::ctrl_c().await;
+            signal.cancel();
+        });
+        let term = shutdown.clone();
+        tokio::spawn(async move {
+            if let Ok(mut s) =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            {
+                s.recv().await;
+                term.cancel();
+            }
+        });
+        eprintln!(
+            "capstan controllers: running against {} (health on http://{})",
+            args.kubeconfig.display(),
+            args.health_listen
+        );
+        let result = capstan_controllers::run_controllers(
+            client,
+            capstan_controllers::ControllerOptions::standalone(options),
+        )
+        .await;
+        shutdown.cancel();
+        let _ = health_server.await;
+        result.context("controllers")?;
+        Ok(Exit::Ok)
+    })
+}
