@@ -100,7 +100,7 @@ async fn lists_page_in_key_order_with_filters() {
                 after.clone(),
                 Some(10),
                 Some(Box::new(|v: &serde_json::Value| {
-                    v["spec"]["n"].as_u64().unwrap() % 2 == 0
+                    v["spec"]["n"].as_u64().unwrap().is_multiple_of(2)
                 })),
             )
             .await
