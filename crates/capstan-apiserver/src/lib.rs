@@ -179,6 +179,7 @@ impl ApiServer {
             );
         let protected = Router::new()
             .route("/metrics", get(metrics_text))
+            .route("/openapi/v2", get(openapi_v2))
             .route("/openapi/v3", get(openapi_root))
             .route("/openapi/v3/{*rest}", get(openapi_doc))
             .route("/api", any(api))
@@ -219,6 +220,26 @@ async fn metrics_text(State(state): State<Arc<ApiState>>) -> Response {
         state.metrics.encode(),
     )
         .into_response()
+}
+
+/// `/openapi/v2`. kubectl before 1.29 fetches it (as protobuf) before it applies anything; the
+/// schemas are served as OpenAPI v3, so this answers with an empty document, which those clients read
+/// as "no client-side schemas" and leave validation to the server.
+async fn openapi_v2(headers: HeaderMap) -> Response {
+    let wants_protobuf = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("protobuf"));
+    if wants_protobuf {
+        // An empty protobuf message decodes as an empty `openapi_v2.Document`.
+        (
+            [(header::CONTENT_TYPE, "application/octet-stream")],
+            Vec::<u8>::new(),
+        )
+            .into_response()
+    } else {
+        axum::Json(serde_json::json!({"swagger": "2.0", "info": {"title": "capstan", "version": "v2"}, "paths": {}, "definitions": {}})).into_response()
+    }
 }
 
 async fn openapi_root(State(state): State<Arc<ApiState>>) -> Response {

@@ -520,3 +520,70 @@ fn patches_merge_concurrently_and_json_patch_tests_of_null_pass_on_missing_paths
         String::from_utf8_lossy(&stale.stderr)
     );
 }
+
+/// The kubectl versions installed beside the default one (`/usr/lib/google-cloud-sdk/bin/kubectl.1.NN`).
+fn other_kubectls() -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/google-cloud-sdk/bin")
+        .map(|dir| {
+            dir.filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with("kubectl.1."))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    found.sort();
+    found
+}
+
+#[test]
+fn every_installed_kubectl_version_applies_lists_and_deletes() {
+    let versions = other_kubectls();
+    assert!(
+        !versions.is_empty(),
+        "kubectl 1.27–1.33 are expected in /usr/lib/google-cloud-sdk/bin"
+    );
+    for kubectl in versions {
+        let server = start();
+        let name = kubectl.display().to_string();
+        let resources = ok(&kubectl_at(&kubectl, &server, &["api-resources"], None));
+        assert!(resources.contains("baremetalhosts"), "{name}: {resources}");
+        ok(&kubectl_at(
+            &kubectl,
+            &server,
+            &["apply", "-f", "-"],
+            Some(HOSTS),
+        ));
+        let table = ok(&kubectl_at(&kubectl, &server, &["get", "bmh"], None));
+        assert!(
+            table.contains("node-0") && table.contains("ONLINE"),
+            "{name}: {table}"
+        );
+        let yaml = ok(&kubectl_at(
+            &kubectl,
+            &server,
+            &["get", "bmh", "node-1", "-o", "yaml"],
+            None,
+        ));
+        assert!(
+            yaml.contains("credentialsName: node-0-bmc"),
+            "{name}: {yaml}"
+        );
+        ok(&kubectl_at(
+            &kubectl,
+            &server,
+            &["delete", "bmh", "node-1"],
+            None,
+        ));
+        let names = ok(&kubectl_at(
+            &kubectl,
+            &server,
+            &["get", "bmh", "-o", "name"],
+            None,
+        ));
+        assert_eq!(names.trim(), "baremetalhost.metal3.io/node-0", "{name}");
+    }
+}
