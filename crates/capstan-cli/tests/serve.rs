@@ -479,3 +479,39 @@ fn crds_prints_definitions_a_kubernetes_api_accepts() {
         String::from_utf8_lossy(&applied.stderr)
     );
 }
+
+#[test]
+fn credentials_are_private_and_client_certificates_authenticate() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let port = free_port();
+    let _server = serve(&data, port, &["--no-controllers"]);
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&data), 0o700);
+    assert_eq!(mode(&data.join("pki")), 0o700);
+    for file in ["kubeconfig", "pki/ca.key", "pki/server.key", "pki/admin.key", "pki/admin.token"] {
+        assert_eq!(mode(&data.join(file)), 0o600, "{file}");
+    }
+    let url = format!("https://127.0.0.1:{port}/api/v1/namespaces");
+    let curl = |extra: &[&str]| {
+        let out = Command::new("curl")
+            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--cacert"])
+            .arg(data.join("pki/ca.crt"))
+            .args(extra)
+            .arg(&url)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(curl(&[]), "401");
+    let cert = data.join("pki/admin.crt");
+    let key = data.join("pki/admin.key");
+    assert_eq!(curl(&["--cert", cert.to_str().unwrap(), "--key", key.to_str().unwrap()]), "200");
+    // Plain HTTP is not served.
+    let plain = Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", &format!("http://127.0.0.1:{port}/healthz")])
+        .output()
+        .unwrap();
+    assert_ne!(String::from_utf8_lossy(&plain.stdout), "200");
+}
