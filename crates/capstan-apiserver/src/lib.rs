@@ -161,6 +161,59 @@ impl ApiServer {
         })
     }
 
+    /// Installs (or replaces) a CustomResourceDefinition, as `kubectl apply` of it would: the kind
+    /// is served with the definition's schemas from then on. `capstan serve --crds DIR` uses this to
+    /// load full upstream schemas at start.
+    pub async fn install_crd(
+        &self,
+        mut definition: serde_json::Value,
+    ) -> Result<String, ServerError> {
+        let crd = capstan_schema::CrdInfo::from_value(&definition).map_err(|source| {
+            ServerError::StoredCrd {
+                name: definition["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or("<unnamed>")
+                    .to_owned(),
+                source,
+            }
+        })?;
+        let key = ObjectKey::new(
+            "apiextensions.k8s.io/customresourcedefinitions",
+            "",
+            crd.name.clone(),
+        );
+        let store = &self.state.store;
+        match store.get(key.clone()).await? {
+            Some(current) => {
+                let old = current.value()?;
+                if lifecycle::prepare_update(
+                    &old,
+                    &mut definition,
+                    lifecycle::WriteScope::Main {
+                        status_subresource: false,
+                    },
+                    "CustomResourceDefinition",
+                )
+                .is_ok()
+                {
+                    store
+                        .update(key, definition, Some(current.resource_version))
+                        .await?;
+                }
+            }
+            None => {
+                if lifecycle::prepare_create(&mut definition, None, "CustomResourceDefinition")
+                    .is_ok()
+                {
+                    store.create(key, definition).await?;
+                }
+            }
+        }
+        let name = crd.name.clone();
+        self.state.registry_write().insert(crd);
+        Ok(name)
+    }
+
     /// The shared state (for in-process clients and tests).
     pub fn state(&self) -> Arc<ApiState> {
         self.state.clone()

@@ -490,7 +490,13 @@ fn credentials_are_private_and_client_certificates_authenticate() {
     let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(&data), 0o700);
     assert_eq!(mode(&data.join("pki")), 0o700);
-    for file in ["kubeconfig", "pki/ca.key", "pki/server.key", "pki/admin.key", "pki/admin.token"] {
+    for file in [
+        "kubeconfig",
+        "pki/ca.key",
+        "pki/server.key",
+        "pki/admin.key",
+        "pki/admin.token",
+    ] {
         assert_eq!(mode(&data.join(file)), 0o600, "{file}");
     }
     let url = format!("https://127.0.0.1:{port}/api/v1/namespaces");
@@ -507,11 +513,56 @@ fn credentials_are_private_and_client_certificates_authenticate() {
     assert_eq!(curl(&[]), "401");
     let cert = data.join("pki/admin.crt");
     let key = data.join("pki/admin.key");
-    assert_eq!(curl(&["--cert", cert.to_str().unwrap(), "--key", key.to_str().unwrap()]), "200");
+    assert_eq!(
+        curl(&[
+            "--cert",
+            cert.to_str().unwrap(),
+            "--key",
+            key.to_str().unwrap()
+        ]),
+        "200"
+    );
     // Plain HTTP is not served.
     let plain = Command::new("curl")
-        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", &format!("http://127.0.0.1:{port}/healthz")])
+        .args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            &format!("http://127.0.0.1:{port}/healthz"),
+        ])
         .output()
         .unwrap();
     assert_ne!(String::from_utf8_lossy(&plain.stdout), "200");
+}
+
+#[test]
+fn upstream_crds_loaded_at_start_validate_and_default_objects() {
+    let dir = tempfile::tempdir().unwrap();
+    let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/reference/crds");
+    let server = serve(
+        &dir.path().join("data"),
+        free_port(),
+        &["--no-controllers", "--crds", crds.to_str().unwrap()],
+    );
+    let file = dir.path().join("hosts.yaml");
+    std::fs::write(
+        &file,
+        MANIFEST.replace("online: true", "online: true\n  bootMacAddress: typo"),
+    )
+    .unwrap();
+    let (ok, _, err) = capstan(&["apply", "-f", file.to_str().unwrap()], &server.kubeconfig);
+    assert!(!ok, "an unknown field is refused with the upstream schema");
+    assert!(
+        err.contains("bootMacAddress") || err.contains("unknown field"),
+        "{err}"
+    );
+    std::fs::write(&file, MANIFEST).unwrap();
+    let (ok, _, err) = capstan(&["apply", "-f", file.to_str().unwrap()], &server.kubeconfig);
+    assert!(ok, "{err}");
+    // The upstream schema defaults spec.automatedCleaningMode to "metadata".
+    let (_, json, _) = capstan(&["get", "bmh", "h0", "-o", "json"], &server.kubeconfig);
+    let host: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(host["spec"]["automatedCleaningMode"], "metadata", "{json}");
 }

@@ -81,7 +81,8 @@ pub fn run(args: Args, style: &Style) -> anyhow::Result<Exit> {
                 None => kube::Api::all_with(client.clone(), &api_resource),
             };
             let before = api.get_opt(&id.name).await.map_err(api_error)?;
-            let params = PatchParams::apply("capstan").force();
+            // Strict, as kubectl is by default: a misspelt field is an error, not a silent drop.
+            let params = PatchParams::apply("capstan").force().validation_strict();
             match api
                 .patch(&id.name, &params, &Patch::Apply(&object.value))
                 .await

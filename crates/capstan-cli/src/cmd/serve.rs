@@ -25,6 +25,10 @@ pub struct Args {
     /// Start from a snapshot made by `capstan backup` (only when the data directory has no state yet).
     #[arg(long, value_name = "FILE")]
     restore_from: Option<PathBuf>,
+    /// Install the CustomResourceDefinitions in this directory (or file) at start, e.g. the upstream
+    /// Cluster API and Metal3 CRDs, so their full schemas validate, default and explain objects.
+    #[arg(long, value_name = "DIR")]
+    crds: Option<PathBuf>,
     /// Serve the API only; run no controllers in this process.
     #[arg(long)]
     no_controllers: bool,
@@ -77,6 +81,21 @@ async fn serve(args: Args, style: &Style) -> anyhow::Result<Exit> {
     )
     .await
     .context("starting the API")?;
+    if let Some(dir) = &args.crds {
+        let set = capstan_schema::CrdSet::load_dir(dir)
+            .with_context(|| format!("reading CRDs from {}", dir.display()))?;
+        for crd in set.iter() {
+            server
+                .install_crd(crd.definition.clone())
+                .await
+                .with_context(|| format!("installing {}", crd.name))?;
+        }
+        eprintln!(
+            "capstan serve: installed {} CustomResourceDefinitions from {}",
+            set.len(),
+            dir.display()
+        );
+    }
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("listening on {}", args.listen))?;
