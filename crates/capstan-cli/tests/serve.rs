@@ -166,7 +166,7 @@ fn acknowledged_writes_survive_sigkill_and_watches_resume_exactly() {
             }));
         }
         // Kill once enough writes are acknowledged (progress, not time, decides).
-        while acknowledged.lock().unwrap().len() < 300 {
+        while acknowledged.lock().unwrap().len() < 1200 {
             progress.notified().await;
         }
         server.child.kill().unwrap();
@@ -194,7 +194,7 @@ fn acknowledged_writes_survive_sigkill_and_watches_resume_exactly() {
             assert!(stored.insert(name, item["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap()).is_none(), "duplicate");
         }
         let acknowledged = acknowledged.lock().unwrap().clone();
-        assert!(acknowledged.len() >= 300);
+        assert!(acknowledged.len() >= 1200, "more than two pages of a streamed list");
         for (name, rv) in &acknowledged {
             assert_eq!(stored.get(name), Some(rv), "acknowledged write {name}@{rv} lost");
         }
