@@ -2,10 +2,12 @@
 # Installs the system packages capstan's tests drive as real peers:
 #   cloud-init  - `cloud-init devel net-convert` judges the network_data.json capstan renders
 #   frr         - `vtysh --dryrun` judges the router configuration capstan renders
+#   curl        - raw HTTPS requests in the API server tests (401, client certificates, TLS only)
+# kubectl is part of the machine image (1.32, with 1.27-1.33 in /usr/lib/google-cloud-sdk/bin).
 # Idempotent: packages already present are not reinstalled.
 set -euo pipefail
 
-packages=(cloud-init frr)
+packages=(cloud-init frr curl)
 
 missing=()
 for p in "${packages[@]}"; do
@@ -20,6 +22,6 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-for tool in cloud-init vtysh; do
+for tool in cloud-init vtysh curl kubectl; do
   command -v "$tool" >/dev/null || { echo "install-deps: $tool is still missing" >&2; exit 1; }
 done

@@ -3,94 +3,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use capstan_apiserver::conversion::ModelConverter;
-use capstan_apiserver::tls::Credentials;
-use capstan_apiserver::{ApiServer, Auth};
+mod support;
+
 use capstan_model::convert::CONVERSION_DATA_ANNOTATION;
-use capstan_store::{Store, StoreOptions};
 use serde_json::{Value, json};
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::sync::Arc;
-
-struct Server {
-    dir: tempfile::TempDir,
-    kubeconfig: PathBuf,
-    _runtime: tokio::runtime::Runtime,
-}
-
-fn start() -> Server {
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let pki = dir.path().join("pki");
-    let creds = Credentials::load_or_create(&pki, &[]).unwrap();
-    let tls = creds.server_config(&pki).unwrap();
-    let store = Store::open(&dir.path().join("state.db"), StoreOptions::default()).unwrap();
-    let listener = runtime
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
-    let url = format!("https://{}", listener.local_addr().unwrap());
-    let server = runtime
-        .block_on(ApiServer::new(
-            store,
-            Arc::new(ModelConverter),
-            Auth {
-                tokens: vec![creds.admin_token.clone()],
-            },
-        ))
-        .unwrap();
-    runtime.spawn(capstan_apiserver::serve::serve_tls(
-        server.router(),
-        listener,
-        tls,
-        std::future::pending(),
-    ));
-    let kubeconfig = dir.path().join("kubeconfig");
-    creds.write_kubeconfig(&kubeconfig, &url).unwrap();
-    Server {
-        dir,
-        kubeconfig,
-        _runtime: runtime,
-    }
-}
-
-fn kubectl(server: &Server, args: &[&str], stdin: Option<&str>) -> Output {
-    let mut child = Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(&server.kubeconfig)
-        .args(args)
-        .env("HOME", server.dir.path())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kubectl is installed");
-    if let Some(input) = stdin {
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
-    }
-    drop(child.stdin.take());
-    child.wait_with_output().unwrap()
-}
-
-fn ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "kubectl failed: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+use std::path::Path;
+use support::{Server, kubectl, ok, start};
 
 fn get_json(server: &Server, resource: &str) -> Value {
     serde_json::from_str(&ok(&kubectl(

@@ -4,104 +4,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use capstan_apiserver::conversion::ApiVersionRewrite;
-use capstan_apiserver::tls::Credentials;
-use capstan_apiserver::{ApiServer, Auth};
-use capstan_store::{Store, StoreOptions};
-use std::io::{BufRead, BufReader, Write};
+mod support;
+
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::sync::Arc;
-
-struct Server {
-    _dir: tempfile::TempDir,
-    kubeconfig: PathBuf,
-    url: String,
-    token: String,
-    ca: PathBuf,
-    _runtime: tokio::runtime::Runtime,
-}
-
-fn start() -> Server {
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let pki = dir.path().join("pki");
-    let creds = Credentials::load_or_create(&pki, &[]).unwrap();
-    let tls = creds.server_config(&pki).unwrap();
-    let store = Store::open(&dir.path().join("state.db"), StoreOptions::default()).unwrap();
-    let listener = runtime
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
-    let url = format!("https://{}", listener.local_addr().unwrap());
-    let server = runtime
-        .block_on(ApiServer::new(
-            store,
-            Arc::new(ApiVersionRewrite),
-            Auth {
-                tokens: vec![creds.admin_token.clone()],
-            },
-        ))
-        .unwrap();
-    runtime.spawn(capstan_apiserver::serve::serve_tls(
-        server.router(),
-        listener,
-        tls,
-        std::future::pending(),
-    ));
-    let kubeconfig = dir.path().join("kubeconfig");
-    creds.write_kubeconfig(&kubeconfig, &url).unwrap();
-    let ca = dir.path().join("ca.crt");
-    std::fs::write(&ca, &creds.ca_cert_pem).unwrap();
-    Server {
-        token: creds.admin_token.clone(),
-        _dir: dir,
-        kubeconfig,
-        url,
-        ca,
-        _runtime: runtime,
-    }
-}
-
-fn kubectl_at(binary: &Path, server: &Server, args: &[&str], stdin: Option<&str>) -> Output {
-    let mut child = Command::new(binary)
-        .arg("--kubeconfig")
-        .arg(&server.kubeconfig)
-        .args(args)
-        .env("HOME", server._dir.path())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kubectl is installed (scripts/test.sh installs what the tests need)");
-    if let Some(input) = stdin {
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
-    }
-    drop(child.stdin.take());
-    child.wait_with_output().unwrap()
-}
-
-fn kubectl(server: &Server, args: &[&str], stdin: Option<&str>) -> Output {
-    kubectl_at(Path::new("kubectl"), server, args, stdin)
-}
-
-fn ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "kubectl failed: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+use std::process::{Command, Stdio};
+use support::{kubectl, kubectl_at, ok, start};
 
 const HOSTS: &str = r#"
 apiVersion: v1
@@ -246,7 +154,7 @@ fn kubectl_watch_sees_changes_as_they_happen() {
         .arg("--kubeconfig")
         .arg(&server.kubeconfig)
         .args(["get", "bmh", "-w", "-o", "name"])
-        .env("HOME", server._dir.path())
+        .env("HOME", server.dir.path())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -447,7 +355,7 @@ fn patches_merge_concurrently_and_json_patch_tests_of_null_pass_on_missing_paths
                     "-p",
                     &format!(r#"{{"metadata":{{"labels":{{"p{i}":"x"}}}}}}"#),
                 ])
-                .env("HOME", server._dir.path())
+                .env("HOME", server.dir.path())
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())
                 .spawn()

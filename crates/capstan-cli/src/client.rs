@@ -24,6 +24,44 @@ pub fn default_data_dir() -> PathBuf {
         })
 }
 
+/// Connection options shared by the client verbs (`apply`, `get`, `describe`, `delete`).
+#[derive(Debug, clap::Args)]
+pub struct ConnectArgs {
+    /// Kubeconfig (default: `$KUBECONFIG`, then the data directory's).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// The data directory of `capstan serve`.
+    #[arg(long, env = "CAPSTAN_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+}
+
+impl ConnectArgs {
+    /// The kubeconfig these options name.
+    pub fn kubeconfig(&self) -> PathBuf {
+        kubeconfig_path(
+            self.kubeconfig.as_deref(),
+            &self.data_dir.clone().unwrap_or_else(default_data_dir),
+        )
+    }
+
+    /// Connects and runs `work` with the client on a single-threaded runtime.
+    pub fn run<T, F, Fut>(&self, work: F) -> anyhow::Result<T>
+    where
+        F: FnOnce(kube::Client) -> Fut,
+        Fut: std::future::Future<Output = anyhow::Result<T>>,
+    {
+        let kubeconfig = self.kubeconfig();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("starting the async runtime")?;
+        runtime.block_on(async {
+            let client = connect(&kubeconfig).await?;
+            work(client).await
+        })
+    }
+}
+
 /// A client from a kubeconfig file.
 pub async fn connect(kubeconfig: &Path) -> anyhow::Result<kube::Client> {
     let config = kube::config::Kubeconfig::read_from(kubeconfig).with_context(|| {

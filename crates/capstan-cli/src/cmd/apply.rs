@@ -16,12 +16,8 @@ pub struct Args {
     /// Namespace for objects that name none.
     #[arg(short = 'n', long, default_value = "default")]
     namespace: String,
-    /// Kubeconfig (default: `$KUBECONFIG`, then the data directory's).
-    #[arg(long)]
-    kubeconfig: Option<PathBuf>,
-    /// The data directory of `capstan serve`.
-    #[arg(long, env = "CAPSTAN_DATA_DIR")]
-    data_dir: Option<PathBuf>,
+    #[command(flatten)]
+    connect: client::ConnectArgs,
 }
 
 /// Applies Namespaces and CRDs before the objects that need them.
@@ -43,16 +39,7 @@ pub fn run(args: Args, style: &Style) -> anyhow::Result<Exit> {
         }
     };
     objects.sort_by_key(|o| order(o.value["kind"].as_str().unwrap_or_default()));
-    let kubeconfig = client::kubeconfig_path(
-        args.kubeconfig.as_deref(),
-        &args.data_dir.unwrap_or_else(client::default_data_dir),
-    );
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    runtime.block_on(async {
-        let client = client::connect(&kubeconfig).await?;
+    args.connect.run(|client| async move {
         let mut failed = 0;
         for object in objects {
             let id = object.id().context("reading the object's identity")?;

@@ -4,7 +4,6 @@
 use crate::client::{self, api_error};
 use crate::output::{Exit, Style};
 use anyhow::Context;
-use std::path::PathBuf;
 
 /// Arguments of `capstan delete`.
 #[derive(Debug, clap::Args)]
@@ -17,28 +16,12 @@ pub struct Args {
     /// Namespace.
     #[arg(short = 'n', long, default_value = "default")]
     namespace: String,
-    /// Kubeconfig (default: `$KUBECONFIG`, then the data directory's).
-    #[arg(long)]
-    kubeconfig: Option<PathBuf>,
-    /// The data directory of `capstan serve`.
-    #[arg(long, env = "CAPSTAN_DATA_DIR")]
-    data_dir: Option<PathBuf>,
+    #[command(flatten)]
+    connect: client::ConnectArgs,
 }
 
 pub fn run(args: Args, style: &Style) -> anyhow::Result<Exit> {
-    let kubeconfig = client::kubeconfig_path(
-        args.kubeconfig.as_deref(),
-        &args
-            .data_dir
-            .clone()
-            .unwrap_or_else(client::default_data_dir),
-    );
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    runtime.block_on(async {
-        let client = client::connect(&kubeconfig).await?;
+    args.connect.run(|client| async move {
         let resource = client::resolve(&client, &args.kind).await?;
         let namespace = resource.namespaced.then_some(args.namespace.as_str());
         let mut failed = false;

@@ -4,9 +4,7 @@
 
 use crate::client::{self, get_json};
 use crate::output::{Exit, Style};
-use anyhow::Context;
 use serde_json::Value;
-use std::path::PathBuf;
 
 /// Arguments of `capstan describe`.
 #[derive(Debug, clap::Args)]
@@ -18,12 +16,8 @@ pub struct Args {
     /// Namespace.
     #[arg(short = 'n', long, default_value = "default")]
     namespace: String,
-    /// Kubeconfig (default: `$KUBECONFIG`, then the data directory's).
-    #[arg(long)]
-    kubeconfig: Option<PathBuf>,
-    /// The data directory of `capstan serve`.
-    #[arg(long, env = "CAPSTAN_DATA_DIR")]
-    data_dir: Option<PathBuf>,
+    #[command(flatten)]
+    connect: client::ConnectArgs,
 }
 
 /// Secret values never reach the terminal.
@@ -45,19 +39,7 @@ fn indent(text: &str, by: usize) -> String {
 }
 
 pub fn run(args: Args, style: &Style) -> anyhow::Result<Exit> {
-    let kubeconfig = client::kubeconfig_path(
-        args.kubeconfig.as_deref(),
-        &args
-            .data_dir
-            .clone()
-            .unwrap_or_else(client::default_data_dir),
-    );
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    runtime.block_on(async {
-        let client = client::connect(&kubeconfig).await?;
+    args.connect.run(|client| async move {
         let resource = client::resolve(&client, &args.kind).await?;
         let namespace = resource.namespaced.then_some(args.namespace.as_str());
         let object = redact(

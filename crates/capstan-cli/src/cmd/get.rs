@@ -6,7 +6,6 @@ use crate::output::{Exit, Style};
 use anyhow::Context;
 use futures::{AsyncBufReadExt, TryStreamExt};
 use serde_json::Value;
-use std::path::PathBuf;
 
 /// Output forms.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -39,12 +38,8 @@ pub struct Args {
     /// Follow changes after listing.
     #[arg(short = 'w', long)]
     watch: bool,
-    /// Kubeconfig (default: `$KUBECONFIG`, then the data directory's).
-    #[arg(long)]
-    kubeconfig: Option<PathBuf>,
-    /// The data directory of `capstan serve`.
-    #[arg(long, env = "CAPSTAN_DATA_DIR")]
-    data_dir: Option<PathBuf>,
+    #[command(flatten)]
+    connect: client::ConnectArgs,
 }
 
 const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io, application/json";
@@ -143,19 +138,7 @@ fn print_objects(value: &Value, output: Output, plural: &str, group: &str) -> an
 }
 
 pub fn run(args: Args, _style: &Style) -> anyhow::Result<Exit> {
-    let kubeconfig = client::kubeconfig_path(
-        args.kubeconfig.as_deref(),
-        &args
-            .data_dir
-            .clone()
-            .unwrap_or_else(client::default_data_dir),
-    );
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    runtime.block_on(async {
-        let client = client::connect(&kubeconfig).await?;
+    args.connect.run(|client| async move {
         let resource = client::resolve(&client, &args.kind).await?;
         let namespace = (!args.all_namespaces).then_some(args.namespace.as_str());
         let mut path = resource.path(namespace, args.name.as_deref());
