@@ -1210,9 +1210,8 @@ async fn delete(state: Arc<ApiState>, request: Request, body: Bytes) -> Result<R
             .await?
             .ok_or_else(|| request.not_found(&name))?;
         match delete_one(&state, &request, current, &options).await {
-            Err(ApiError::Conflict { message, .. })
-                if !message.contains("precondition") && options["preconditions"].is_null() =>
-            {
+            // A conflict with our own read is retried; one with the caller's preconditions is theirs.
+            Err(ApiError::Conflict { .. }) if options["preconditions"].is_null() => {
                 continue;
             }
             Err(err) => return Err(err),
