@@ -25,7 +25,17 @@ fn free_port() -> u16 {
 
 /// Starts `capstan serve` and returns once it printed its ready line.
 fn serve(data_dir: &Path, port: u16, extra: &[&str]) -> Serve {
+    serve_logging(data_dir, port, extra, None)
+}
+
+/// Starts `capstan serve`; with `log`, its stderr goes to that file at debug level.
+fn serve_logging(data_dir: &Path, port: u16, extra: &[&str], log: Option<&Path>) -> Serve {
+    let stderr = match log {
+        Some(path) => Stdio::from(std::fs::File::create(path).unwrap()),
+        None => Stdio::null(),
+    };
     let mut child = Command::new(env!("CARGO_BIN_EXE_capstan"))
+        .env("CAPSTAN_LOG", "debug")
         .args([
             "serve",
             "--data-dir",
@@ -35,7 +45,7 @@ fn serve(data_dir: &Path, port: u16, extra: &[&str]) -> Serve {
         ])
         .args(extra)
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(stderr)
         .spawn()
         .unwrap();
     let mut line = String::new();
@@ -358,6 +368,12 @@ fn cli_verbs_backup_and_restore() {
         &kc,
     );
     assert!(ok, "{err}");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&backup).unwrap().permissions().mode() & 0o777,
+        0o600,
+        "the snapshot holds Secrets"
+    );
     let (ok, _, _) = capstan(&["delete", "bmh", "h0"], &kc);
     assert!(ok);
     let (_, after, _) = capstan(&["get", "bmh", "-o", "name"], &kc);
@@ -565,4 +581,35 @@ fn upstream_crds_loaded_at_start_validate_and_default_objects() {
     let (_, json, _) = capstan(&["get", "bmh", "h0", "-o", "json"], &server.kubeconfig);
     let host: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(host["spec"]["automatedCleaningMode"], "metadata", "{json}");
+}
+
+#[test]
+fn secret_values_never_reach_the_server_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("serve.log");
+    let mut server = serve_logging(&dir.path().join("data"), free_port(), &[], Some(&log));
+    let manifest = dir.path().join("hosts.yaml");
+    std::fs::write(&manifest, MANIFEST).unwrap();
+    let (ok, _, err) = capstan(
+        &["apply", "-f", manifest.to_str().unwrap()],
+        &server.kubeconfig,
+    );
+    assert!(ok, "{err}");
+    let (ok, _, _) = capstan(
+        &["get", "secret", "h0-bmc", "-o", "yaml"],
+        &server.kubeconfig,
+    );
+    assert!(ok);
+    let token = std::fs::read_to_string(dir.path().join("data/pki/admin.token")).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(server.child.id()).unwrap()),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    server.child.wait().unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(!text.is_empty(), "the server logged at debug level");
+    for secret in ["hunter2", "aHVudGVyMg", token.trim()] {
+        assert!(!text.contains(secret), "a secret reached the log");
+    }
 }
