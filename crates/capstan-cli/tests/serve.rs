@@ -9,6 +9,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 struct Serve {
     child: Child,
@@ -276,7 +277,7 @@ fn concurrent_conflicting_updates_have_one_winner_and_sigterm_is_graceful() {
         nix::sys::signal::Signal::SIGTERM,
     )
     .unwrap();
-    let status = server.child.wait().unwrap();
+    let status = exit_within(&mut server.child, GRACEFUL_EXIT);
     assert!(status.success(), "graceful exit on SIGTERM: {status:?}");
 }
 
@@ -393,6 +394,22 @@ fn cli_verbs_backup_and_restore() {
         "{names}"
     );
     drop(restored);
+}
+
+/// How long `capstan serve` may take to stop after SIGTERM: drain (5 s) plus the runtime's own bound.
+const GRACEFUL_EXIT: Duration = Duration::from_secs(30);
+
+/// Waits for `child` to exit; a child that does not is killed and the test fails instead of hanging.
+fn exit_within(child: &mut std::process::Child, limit: Duration) -> std::process::ExitStatus {
+    use wait_timeout::ChildExt;
+    match child.wait_timeout(limit).unwrap() {
+        Some(status) => status,
+        None => {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the server did not exit within {limit:?} of SIGTERM");
+        }
+    }
 }
 
 impl Drop for Serve {
@@ -606,7 +623,7 @@ fn secret_values_never_reach_the_server_log() {
         nix::sys::signal::Signal::SIGTERM,
     )
     .unwrap();
-    server.child.wait().unwrap();
+    exit_within(&mut server.child, GRACEFUL_EXIT);
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(!text.is_empty(), "the server logged at debug level");
     for secret in ["hunter2", "aHVudGVyMg", token.trim()] {

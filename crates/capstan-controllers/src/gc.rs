@@ -34,7 +34,7 @@ use kube::api::{
     PropagationPolicy,
 };
 use kube::discovery::{ApiCapabilities, ApiResource, Discovery, Scope, verbs};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use std::collections::{BTreeMap, HashMap};
@@ -610,8 +610,14 @@ async fn run(interval: Duration, env: TaskEnv) -> Result<(), RuntimeError> {
                         let api: Api<DynamicObject> =
                             Api::all_with(env.client.clone(), &kind.resource);
                         let wake = wake.clone();
+                        let stop = env.shutdown.clone();
                         let handle = tokio::spawn(async move {
+                            // The backoff matters beyond politeness: an in-process client whose
+                            // store is gone fails without ever yielding, and a watcher without a
+                            // backoff would then spin on one worker thread for ever.
                             watcher::watcher(api, watcher::Config::default())
+                                .default_backoff()
+                                .take_until(stop.cancelled_owned())
                                 .for_each(|event| {
                                     if event.as_ref().is_ok_and(wakes) {
                                         wake.notify_one();
@@ -641,8 +647,10 @@ async fn run(interval: Duration, env: TaskEnv) -> Result<(), RuntimeError> {
         env.metrics
             .record(GC_CONTROLLER, outcome, started.elapsed());
     }
-    for handle in watches.values() {
+    // Wait for the watches to end so none outlives the API it watches.
+    for handle in watches.into_values() {
         handle.abort();
+        let _ = handle.await;
     }
     tracing::info!(controller = GC_CONTROLLER, "garbage collector stopped");
     Ok(())

@@ -27,7 +27,7 @@ pub fn run(args: Args, _style: &Style) -> anyhow::Result<Exit> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(async {
+    let result = runtime.block_on(async {
         let client = capstan_runtime::client_from_kubeconfig(&args.kubeconfig)
             .await
             .with_context(|| format!("connecting with {}", args.kubeconfig.display()))?;
@@ -79,5 +79,7 @@ pub fn run(args: Args, _style: &Style) -> anyhow::Result<Exit> {
         let _ = health_server.await;
         result.context("controllers")?;
         Ok(Exit::Ok)
-    })
+    });
+    runtime.shutdown_timeout(super::RUNTIME_SHUTDOWN_TIMEOUT);
+    result
 }

@@ -15,6 +15,9 @@ mod serve;
 
 use crate::output::{Exit, Style};
 
+/// How long a long-running command waits for its remaining tasks after it has stopped them.
+const RUNTIME_SHUTDOWN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The subcommands.
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {

@@ -39,7 +39,11 @@ pub fn run(args: Args, style: &Style) -> anyhow::Result<Exit> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(serve(args, style))
+    let result = runtime.block_on(serve(args, style));
+    // Everything has been asked to stop by now; a task that does not is not allowed to keep
+    // the process alive after its data has been closed.
+    runtime.shutdown_timeout(super::RUNTIME_SHUTDOWN_TIMEOUT);
+    result
 }
 
 async fn serve(args: Args, style: &Style) -> anyhow::Result<Exit> {
