@@ -5,6 +5,7 @@
 //! alongside, so nothing a user wrote is lost by going through these types. Full structural validation
 //! is the job of `capstan-schema`, against CRD schemas.
 
+pub mod agent;
 pub mod capi;
 pub mod capm3;
 pub mod cilium;

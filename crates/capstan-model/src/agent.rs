@@ -1,0 +1,270 @@
+//! The protocol between capstan and the agent that runs in the provisioning ramdisk.
+//!
+//! The exchange is level-triggered, like a controller: every few seconds the agent sends a
+//! [`Heartbeat`] that carries everything it knows (the hardware it found, the state of the step it
+//! runs or last ran) and gets back a [`HeartbeatResponse`] naming the one [`Command`] it should be
+//! carrying out now. Neither side keeps state the other must remember: a capstan that restarts
+//! learns where the agent is from its next heartbeat, and an agent told again to run an operation it
+//! already runs or finished (same [`OperationId`]) keeps going rather than starting over. That is
+//! what lets a provisioning survive a restart of the management plane without a second wipe.
+//!
+//! Every request carries `Authorization: Bearer <token>`, the one-time token the host's boot media
+//! was built with ([`KERNEL_PARAM_TOKEN`]); the token alone says which host is talking.
+
+use crate::metal3::{HardwareDetails, RootDeviceHints};
+use serde::{Deserialize, Serialize};
+use serde_with::skip_serializing_none;
+
+/// Kernel parameter with the base URL of the provisioning server, as the host reaches it.
+pub const KERNEL_PARAM_URL: &str = "capstan.url";
+/// Kernel parameter with the host's one-time bearer token.
+pub const KERNEL_PARAM_TOKEN: &str = "capstan.token";
+/// Kernel parameter with the `namespace/name` of the host, for log lines only (never trusted).
+pub const KERNEL_PARAM_HOST: &str = "capstan.host";
+
+/// `POST`: a [`Heartbeat`] in, a [`HeartbeatResponse`] out.
+pub const HEARTBEAT_PATH: &str = "/agent/v1/heartbeat";
+/// `GET`: the host's own config drive, an ISO 9660 image labelled `config-2`.
+pub const CONFIG_DRIVE_PATH: &str = "/agent/v1/configdrive";
+
+/// Label of a config drive filesystem, as cloud-init's ConfigDrive source looks for it.
+pub const CONFIG_DRIVE_LABEL: &str = "config-2";
+
+/// Names one operation (an inspection, a deployment, a cleaning) so that repeating a command is
+/// harmless: the agent runs each operation id at most once per boot.
+pub type OperationId = String;
+
+/// What the agent sends, every heartbeat.
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Heartbeat {
+    /// The agent's version, for diagnosis.
+    #[serde(default)]
+    pub agent_version: String,
+    /// The hardware, once inspected (sent with every heartbeat after the inspection step).
+    pub hardware: Option<HardwareDetails>,
+    /// The step the agent runs now, or the last one it finished.
+    pub step: Option<StepReport>,
+}
+
+/// The state of one step on the agent.
+#[skip_serializing_none]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StepReport {
+    pub operation: OperationId,
+    pub kind: StepKind,
+    pub phase: StepPhase,
+    /// How far a running step is.
+    pub progress: Option<Progress>,
+    /// Why a step failed: one line that says what went wrong and where.
+    pub error: Option<String>,
+}
+
+/// The kinds of step the agent carries out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum StepKind {
+    Inspect,
+    Deploy,
+    Clean,
+}
+
+/// Where a step is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum StepPhase {
+    Running,
+    Succeeded,
+    Failed,
+}
+
+/// Progress of a running step.
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Progress {
+    /// What the step does now (`downloading`, `verifying`, `writing config drive`, ...).
+    #[serde(default)]
+    pub stage: String,
+    #[serde(default)]
+    pub bytes_done: u64,
+    pub bytes_total: Option<u64>,
+}
+
+/// What capstan answers to a heartbeat.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HeartbeatResponse {
+    pub command: Command,
+    /// When to send the next heartbeat.
+    pub heartbeat_seconds: u32,
+}
+
+/// The one thing the agent should be doing now.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "action")]
+pub enum Command {
+    /// Nothing to do: keep heartbeating.
+    Wait,
+    /// Inspect the hardware and report it.
+    Inspect { operation: OperationId },
+    /// Write an image to the root device, then the config drive.
+    Deploy(DeployCommand),
+    /// Clean the root device before the host is reused.
+    Clean(CleanCommand),
+}
+
+/// Image checksum algorithms (Metal3's `checksumType`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChecksumType {
+    Md5,
+    Sha256,
+    Sha512,
+}
+
+impl ChecksumType {
+    /// Parses Metal3's `checksumType` (`md5`, `sha256`, `sha512`; `auto` is resolved by length).
+    pub fn parse(value: &str, checksum: &str) -> Option<Self> {
+        match value {
+            "md5" => Some(Self::Md5),
+            "sha256" => Some(Self::Sha256),
+            "sha512" => Some(Self::Sha512),
+            "" | "auto" => match checksum.len() {
+                32 => Some(Self::Md5),
+                64 => Some(Self::Sha256),
+                128 => Some(Self::Sha512),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+}
+
+/// Image formats (Metal3's `format`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ImageFormat {
+    /// Streamed straight to the device.
+    Raw,
+    /// Downloaded to memory, verified, then converted while written.
+    Qcow2,
+}
+
+/// Deploy an image.
+#[skip_serializing_none]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeployCommand {
+    pub operation: OperationId,
+    pub image_url: String,
+    /// Lower-case hex digest the image must have.
+    pub checksum: String,
+    pub checksum_type: ChecksumType,
+    pub format: ImageFormat,
+    pub root_device_hints: Option<RootDeviceHints>,
+    /// Fetch the config drive from [`CONFIG_DRIVE_PATH`] and write it to a partition at the end
+    /// of the root device.
+    pub config_drive: bool,
+}
+
+/// How thoroughly to clean.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CleanMode {
+    /// Erase partition tables and filesystem signatures (Metal3's `metadata` mode).
+    Metadata,
+}
+
+/// Clean the root device.
+#[skip_serializing_none]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CleanCommand {
+    pub operation: OperationId,
+    pub mode: CleanMode,
+    pub root_device_hints: Option<RootDeviceHints>,
+}
+
+impl Command {
+    /// The operation this command names, if any.
+    pub fn operation(&self) -> Option<&str> {
+        match self {
+            Command::Wait => None,
+            Command::Inspect { operation } => Some(operation),
+            Command::Deploy(deploy) => Some(&deploy.operation),
+            Command::Clean(clean) => Some(&clean.operation),
+        }
+    }
+}
+
+/// Reads the agent's settings from a kernel command line (`/proc/cmdline`).
+pub fn parse_kernel_cmdline(cmdline: &str) -> (Option<String>, Option<String>, Option<String>) {
+    let mut url = None;
+    let mut token = None;
+    let mut host = None;
+    for word in cmdline.split_whitespace() {
+        if let Some((key, value)) = word.split_once('=') {
+            match key {
+                KERNEL_PARAM_URL => url = Some(value.to_owned()),
+                KERNEL_PARAM_TOKEN => token = Some(value.to_owned()),
+                KERNEL_PARAM_HOST => host = Some(value.to_owned()),
+                _ => {}
+            }
+        }
+    }
+    (url, token, host)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_are_tagged_by_action() {
+        let deploy = Command::Deploy(DeployCommand {
+            operation: "op-1".into(),
+            image_url: "http://10.0.2.2:6180/images/disk.img".into(),
+            checksum: "ab".repeat(32),
+            checksum_type: ChecksumType::Sha256,
+            format: ImageFormat::Raw,
+            root_device_hints: None,
+            config_drive: true,
+        });
+        let json = serde_json::to_value(&deploy).unwrap();
+        assert_eq!(json["action"], "deploy");
+        assert_eq!(json["checksumType"], "sha256");
+        assert_eq!(serde_json::from_value::<Command>(json).unwrap(), deploy);
+        let wait = serde_json::to_value(Command::Wait).unwrap();
+        assert_eq!(wait, serde_json::json!({"action": "wait"}));
+    }
+
+    #[test]
+    fn checksum_type_auto_goes_by_length() {
+        assert_eq!(
+            ChecksumType::parse("auto", &"a".repeat(64)),
+            Some(ChecksumType::Sha256)
+        );
+        assert_eq!(
+            ChecksumType::parse("", &"a".repeat(32)),
+            Some(ChecksumType::Md5)
+        );
+        assert_eq!(
+            ChecksumType::parse("sha512", "x"),
+            Some(ChecksumType::Sha512)
+        );
+        assert_eq!(ChecksumType::parse("crc32", "x"), None);
+    }
+
+    #[test]
+    fn kernel_cmdline_settings() {
+        let (url, token, host) = parse_kernel_cmdline(
+            "console=ttyS0 capstan.url=http://10.0.2.2:6180 capstan.token=abc capstan.host=default/h0 quiet",
+        );
+        assert_eq!(url.as_deref(), Some("http://10.0.2.2:6180"));
+        assert_eq!(token.as_deref(), Some("abc"));
+        assert_eq!(host.as_deref(), Some("default/h0"));
+    }
+}
