@@ -1,0 +1,2 @@
+//! The BareMetalHost controller.
+pub mod state;
