@@ -1,2 +1,21 @@
-//! The BareMetalHost controller.
+//! The BareMetalHost controller: Metal3's host lifecycle, driven by capstan itself.
+//!
+//! - [`state`]: Metal3's names for states, operational status and error types.
+//! - [`machine`]: the state machine — one handler per state, each returning a typed step.
+//! - [`provisioner`]: coarse, idempotent verbs over a BMC and the agent booted from virtual media.
+//! - [`agent_server`]: the provisioning HTTP server (boot media, agent callbacks, images) and the
+//!   registry of agent sessions it shares with the provisioner.
+//! - [`config_drive`]: the `config-2` ISO each host gets from its userData/networkData/metaData.
+//! - [`hardware`]: `status.hardware` from a BMC's inventory, for simulated agents.
+//! - [`controller`]: the reconciler that runs the machine and writes the outcome.
+
+pub mod agent_server;
+pub mod config_drive;
+pub mod controller;
+pub mod hardware;
+pub mod machine;
+pub mod provisioner;
 pub mod state;
+
+pub use agent_server::{AgentRegistry, BootMediaBuilder, ServerSettings};
+pub use controller::{HOST_CONTROLLER, HostController, HostSettings};

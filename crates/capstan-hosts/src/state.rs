@@ -171,7 +171,10 @@ mod tests {
         for state in ProvisioningState::ALL {
             assert_eq!(ProvisioningState::parse(state.as_str()), Some(state));
         }
-        assert_eq!(ProvisioningState::parse("ready"), Some(ProvisioningState::Available));
+        assert_eq!(
+            ProvisioningState::parse("ready"),
+            Some(ProvisioningState::Available)
+        );
         assert_eq!(ProvisioningState::parse("flying"), None);
     }
 }

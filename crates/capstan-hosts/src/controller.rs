@@ -1,0 +1,685 @@
+//! The BareMetalHost reconciler: reads what a pass needs (credentials, the provisioner for the
+//! host's BMC, the config drive), runs the state machine once, then writes the outcome — status
+//! once, Events for transitions and failures, annotation removals, HardwareData, the finalizer.
+//!
+//! Failures are counted in `status.errorCount` and retried after an exponential backoff measured
+//! from `status.lastUpdated`, so a retry waits its turn even when the status write that recorded the
+//! failure wakes the controller at once.
+
+use crate::agent_server::{AgentRegistry, HostKey};
+use crate::config_drive::{ConfigDrive, ConfigDriveError, parse_mapping};
+use crate::machine::{self, ANNOTATION_PAUSED, Effects, FINALIZER, Pass, Step};
+use crate::provisioner::{AgentLauncher, Provisioner, VirtualMediaProvisioner};
+use crate::state::{OperationalStatus, ProvisioningState};
+use capstan_drivers::{ConnectOptions, Credentials, Driver};
+use capstan_model::meta::Condition;
+use capstan_model::metal3::{
+    BareMetalHost, BareMetalHostStatus, HardwareData, HardwareDataSpec, OperationMetric,
+};
+use capstan_runtime::conditions;
+use capstan_runtime::{Action, Context, EventType, Reconciler};
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Controller;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The controller's name (metrics, events, logs).
+pub const HOST_CONTROLLER: &str = "baremetalhost";
+/// The condition that tells what the host's current operation is doing.
+pub const CONDITION_PROGRESS: &str = "OperationProgress";
+
+/// Why a reconcile of a host failed (the API server, not the host, failed us).
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    #[error("{action} {kind} {namespace}/{name}")]
+    Api {
+        action: &'static str,
+        kind: &'static str,
+        namespace: String,
+        name: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
+    #[error("provisioner")]
+    Provisioner(#[from] crate::provisioner::ProvisionerError),
+    #[error("host has no namespace")]
+    NoNamespace,
+}
+
+fn api_error(
+    action: &'static str,
+    kind: &'static str,
+    namespace: &str,
+    name: &str,
+) -> impl FnOnce(kube::Error) -> HostError {
+    let (namespace, name) = (namespace.to_owned(), name.to_owned());
+    move |source| HostError::Api {
+        action,
+        kind,
+        namespace,
+        name,
+        source: Box::new(source),
+    }
+}
+
+/// How the controller reaches BMCs and agents.
+#[derive(Clone, Debug)]
+pub struct HostSettings {
+    /// The provisioning server's session registry.
+    pub registry: Arc<AgentRegistry>,
+    /// Hosts reconciled at once.
+    pub concurrency: u16,
+    /// The bound on each BMC request.
+    pub bmc_timeout: Duration,
+    /// How long a booted host's agent gets to call back.
+    pub boot_timeout: Duration,
+    /// How long a simulated agent (fake BMCs) takes per step.
+    pub simulated_step_time: Duration,
+}
+
+impl HostSettings {
+    pub fn new(registry: Arc<AgentRegistry>) -> Self {
+        Self {
+            registry,
+            concurrency: 16,
+            bmc_timeout: Duration::from_secs(30),
+            boot_timeout: crate::provisioner::DEFAULT_BOOT_TIMEOUT,
+            simulated_step_time: Duration::from_millis(200),
+        }
+    }
+}
+
+/// The BareMetalHost controller.
+#[derive(Clone, Debug)]
+pub struct HostController {
+    settings: HostSettings,
+}
+
+impl HostController {
+    pub fn new(settings: HostSettings) -> Self {
+        Self { settings }
+    }
+}
+
+fn host_key(host: &BareMetalHost) -> HostKey {
+    HostKey {
+        namespace: host.namespace().unwrap_or_default(),
+        name: host.name_any(),
+    }
+}
+
+/// The credentials of the host's BMC, with the Secret's resourceVersion; `Err` says what is wrong.
+async fn read_credentials(
+    client: &Client,
+    host: &BareMetalHost,
+    namespace: &str,
+) -> Result<Result<(Credentials, Option<String>), String>, HostError> {
+    let Some(bmc) = host.spec.bmc.as_ref() else {
+        return Ok(Err("spec.bmc is not set".into()));
+    };
+    if bmc.credentials_name.is_empty() {
+        return Ok(Err(
+            "spec.bmc.credentialsName is empty: name a Secret with username and password keys"
+                .into(),
+        ));
+    }
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let Some(secret) = secrets
+        .get_opt(&bmc.credentials_name)
+        .await
+        .map_err(api_error(
+            "reading",
+            "Secret",
+            namespace,
+            &bmc.credentials_name,
+        ))?
+    else {
+        return Ok(Err(format!(
+            "BMC credentials Secret {namespace}/{} not found: create it with username and password keys",
+            bmc.credentials_name
+        )));
+    };
+    let data = secret.data.unwrap_or_default();
+    let value = |key: &str| {
+        data.get(key)
+            .and_then(|v| String::from_utf8(v.0.clone()).ok())
+            .map(|v| v.trim_end_matches('\n').to_owned())
+            .filter(|v| !v.is_empty())
+    };
+    match (value("username"), value("password")) {
+        (Some(username), Some(password)) => Ok(Ok((
+            Credentials::new(username, password),
+            secret.metadata.resource_version,
+        ))),
+        _ => Ok(Err(format!(
+            "BMC credentials Secret {namespace}/{} needs non-empty username and password keys",
+            bmc.credentials_name
+        ))),
+    }
+}
+
+impl HostController {
+    /// The provisioner for `host`, or why there is none.
+    async fn provisioner_for(
+        &self,
+        client: &Client,
+        host: &BareMetalHost,
+        namespace: &str,
+    ) -> Result<(Option<Arc<dyn Provisioner>>, Option<String>, Option<String>), HostError> {
+        let Some(bmc) = host.spec.bmc.as_ref().filter(|b| !b.address.is_empty()) else {
+            return Ok((None, Some("spec.bmc.address is empty".into()), None));
+        };
+        let address = match capstan_drivers::BmcAddress::parse(&bmc.address) {
+            Ok(address) => address,
+            Err(err) => return Ok((None, Some(format!("spec.bmc.address: {err}")), None)),
+        };
+        let (credentials, version) = match read_credentials(client, host, namespace).await? {
+            Ok(found) => found,
+            Err(message) => return Ok((None, Some(message), None)),
+        };
+        let options = ConnectOptions {
+            disable_certificate_verification: bmc.disable_certificate_verification == Some(true),
+            timeout: self.settings.bmc_timeout,
+        };
+        let driver = match capstan_drivers::connect(&bmc.address, credentials, options) {
+            Ok(driver) => driver,
+            Err(err) => return Ok((None, Some(format!("spec.bmc.address: {err}")), version)),
+        };
+        let launcher = match address.driver {
+            Driver::Fake => AgentLauncher::Simulated {
+                step_time: self.settings.simulated_step_time,
+            },
+            Driver::Redfish => AgentLauncher::Boot,
+        };
+        let provisioner: Arc<dyn Provisioner> = Arc::new(VirtualMediaProvisioner::new(
+            driver,
+            host,
+            client.clone(),
+            self.settings.registry.clone(),
+            launcher,
+            self.settings.boot_timeout,
+        ));
+        Ok((Some(provisioner), None, version))
+    }
+
+    /// The host's config drive from its Secrets.
+    async fn config_drive(
+        &self,
+        client: &Client,
+        host: &BareMetalHost,
+        namespace: &str,
+    ) -> Result<Result<Arc<Vec<u8>>, String>, HostError> {
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+        let read = |field: &'static str, name: Option<String>, keys: &'static [&'static str]| {
+            let secrets = secrets.clone();
+            let namespace = namespace.to_owned();
+            async move {
+                let Some(name) = name.filter(|n| !n.is_empty()) else {
+                    return Ok::<_, HostError>(Ok(None));
+                };
+                let Some(secret) = secrets
+                    .get_opt(&name)
+                    .await
+                    .map_err(api_error("reading", "Secret", &namespace, &name))?
+                else {
+                    return Ok(Err(ConfigDriveError::SecretMissing {
+                        field,
+                        namespace,
+                        name,
+                    }));
+                };
+                let data = secret.data.unwrap_or_default();
+                match keys.iter().find_map(|k| data.get(*k)) {
+                    Some(value) => Ok(Ok(Some(value.0.clone()))),
+                    None => Ok(Err(ConfigDriveError::KeyMissing {
+                        field,
+                        namespace,
+                        name,
+                        keys: if keys.len() > 1 {
+                            "userData (or value)"
+                        } else {
+                            keys[0]
+                        },
+                    })),
+                }
+            }
+        };
+        let spec = &host.spec;
+        let user = read(
+            "userData",
+            spec.user_data.as_ref().and_then(|r| r.name.clone()),
+            &["userData", "value"],
+        )
+        .await?;
+        let network = read(
+            "networkData",
+            spec.network_data.as_ref().and_then(|r| r.name.clone()),
+            &["networkData"],
+        )
+        .await?;
+        let meta = read(
+            "metaData",
+            spec.meta_data.as_ref().and_then(|r| r.name.clone()),
+            &["metaData"],
+        )
+        .await?;
+        let built = (|| -> Result<Vec<u8>, ConfigDriveError> {
+            let parse = |field: &'static str,
+                         bytes: Vec<u8>,
+                         name: Option<String>|
+             -> Result<Value, ConfigDriveError> {
+                let text = String::from_utf8(bytes).map_err(|_| ConfigDriveError::Invalid {
+                    field,
+                    namespace: namespace.to_owned(),
+                    name: name.clone().unwrap_or_default(),
+                    reason: "not UTF-8".into(),
+                })?;
+                parse_mapping(&text).map_err(|reason| ConfigDriveError::Invalid {
+                    field,
+                    namespace: namespace.to_owned(),
+                    name: name.unwrap_or_default(),
+                    reason,
+                })
+            };
+            let meta_extra = match meta? {
+                Some(bytes) => Some(parse(
+                    "metaData",
+                    bytes,
+                    spec.meta_data.as_ref().and_then(|r| r.name.clone()),
+                )?),
+                None => None,
+            };
+            let network_data = match network? {
+                Some(bytes) => Some(parse(
+                    "networkData",
+                    bytes,
+                    spec.network_data.as_ref().and_then(|r| r.name.clone()),
+                )?),
+                None => None,
+            };
+            let drive = ConfigDrive {
+                meta_data: ConfigDrive::meta_data(
+                    host.meta().uid.as_deref().unwrap_or_default(),
+                    &host.name_any(),
+                    meta_extra.as_ref().and_then(Value::as_object),
+                ),
+                network_data,
+                user_data: user?,
+            };
+            drive.to_iso()
+        })();
+        Ok(built
+            .map(Arc::new)
+            .map_err(|e| capstan_runtime::controller::ErrorChain(&e).to_string()))
+    }
+}
+
+fn owner_reference(host: &BareMetalHost) -> OwnerReference {
+    OwnerReference {
+        api_version: "metal3.io/v1alpha1".into(),
+        kind: "BareMetalHost".into(),
+        name: host.name_any(),
+        uid: host.meta().uid.clone().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+fn seconds_since(timestamp: Option<&str>) -> Option<i64> {
+    let then: jiff::Timestamp = timestamp?.parse().ok()?;
+    Some(jiff::Timestamp::now().as_second() - then.as_second())
+}
+
+impl Reconciler for HostController {
+    type Object = BareMetalHost;
+    type Error = HostError;
+
+    fn name(&self) -> &'static str {
+        HOST_CONTROLLER
+    }
+
+    fn concurrency(&self) -> u16 {
+        self.settings.concurrency
+    }
+
+    fn configure(
+        &self,
+        controller: Controller<BareMetalHost>,
+        client: &Client,
+    ) -> Controller<BareMetalHost> {
+        let hosts = controller.store();
+        // A changed credentials Secret re-registers the hosts that name it.
+        controller.watches(
+            Api::<Secret>::all(client.clone()),
+            watcher::Config::default(),
+            move |secret: Secret| {
+                hosts
+                    .state()
+                    .into_iter()
+                    .filter(|h| {
+                        h.metadata.namespace == secret.metadata.namespace
+                            && h.spec.bmc.as_ref().map(|b| Some(&b.credentials_name))
+                                == Some(secret.metadata.name.as_ref())
+                    })
+                    .map(|h| ObjectRef::from_obj(&*h))
+                    .collect::<Vec<_>>()
+            },
+        )
+    }
+
+    async fn reconcile(
+        &self,
+        host: Arc<BareMetalHost>,
+        context: Arc<Context>,
+    ) -> Result<Action, HostError> {
+        let namespace = host.namespace().ok_or(HostError::NoNamespace)?;
+        let name = host.name_any();
+        let client = context.client().clone();
+        let hosts: Api<BareMetalHost> = Api::namespaced(client.clone(), &namespace);
+        let annotations = host.metadata.annotations.clone().unwrap_or_default();
+        if annotations.contains_key(ANNOTATION_PAUSED) {
+            return Ok(Action::await_change());
+        }
+        let deleting = host.metadata.deletion_timestamp.is_some();
+        let has_finalizer = host.finalizers().iter().any(|f| f == FINALIZER);
+        if deleting && !has_finalizer {
+            return Ok(Action::await_change());
+        }
+        if !deleting && !has_finalizer {
+            let mut finalizers = host.finalizers().to_vec();
+            finalizers.push(FINALIZER.to_owned());
+            let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": host.metadata.resource_version}});
+            hosts
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(api_error(
+                    "adding the finalizer to",
+                    "BareMetalHost",
+                    &namespace,
+                    &name,
+                ))?;
+            return Ok(Action::await_change());
+        }
+        let status = host.status.clone().unwrap_or_default();
+        let state =
+            ProvisioningState::parse(&status.provisioning.state).unwrap_or(ProvisioningState::None);
+        // A failed operation is retried only once its backoff has passed, however soon we are woken.
+        if status.error_count > 0 && !status.error_message.is_empty() && !deleting {
+            let wait = machine::error_backoff(status.error_count).as_secs();
+            let waited = seconds_since(status.last_updated.as_deref()).unwrap_or(i64::MAX);
+            let remaining = i64::try_from(wait)
+                .unwrap_or(i64::MAX)
+                .saturating_sub(waited);
+            if remaining > 0 {
+                return Ok(Action::requeue(Duration::from_secs(
+                    remaining.unsigned_abs(),
+                )));
+            }
+        }
+        let (provisioner, provisioner_error, credentials_version) =
+            self.provisioner_for(&client, &host, &namespace).await?;
+        let config_drive = if state == ProvisioningState::Provisioning && !deleting {
+            self.config_drive(&client, &host, &namespace)
+                .await?
+                .map(Some)
+        } else {
+            Ok(None)
+        };
+        let mut pass = Pass {
+            host: &host,
+            status: status.clone(),
+            provisioner,
+            provisioner_error,
+            credentials_version,
+            config_drive,
+            effects: Effects::default(),
+        };
+        let step = machine::next_step(state, &mut pass).await?;
+        let Pass {
+            status: mut new_status,
+            effects,
+            ..
+        } = pass;
+        let now = conditions::now();
+        let mut warnings: Vec<(String, String)> = Vec::new();
+        let mut transition = None;
+        let action = match &step {
+            Step::Go(next) => {
+                transition = Some((state, *next));
+                new_status.provisioning.state = next.as_str().to_owned();
+                clear_error(&mut new_status, true);
+                if let Some(op) = machine::operation_of(state) {
+                    new_status
+                        .operation_history
+                        .entry(op.to_owned())
+                        .or_default()
+                        .end = Some(now.clone());
+                }
+                if let Some(op) = machine::operation_of(*next) {
+                    new_status.operation_history.insert(
+                        op.to_owned(),
+                        OperationMetric {
+                            start: Some(now.clone()),
+                            end: None,
+                        },
+                    );
+                }
+                conditions::remove(&mut new_status.conditions, CONDITION_PROGRESS);
+                Action::requeue(Duration::ZERO)
+            }
+            Step::Stay { requeue, note } => {
+                clear_error(&mut new_status, false);
+                match note {
+                    Some(note) => {
+                        conditions::set_condition(
+                            &mut new_status.conditions,
+                            Condition {
+                                type_: CONDITION_PROGRESS.into(),
+                                status: conditions::TRUE.into(),
+                                reason: Some("InProgress".into()),
+                                message: Some(note.clone()),
+                                ..Condition::default()
+                            },
+                            &now,
+                        );
+                    }
+                    None => {
+                        conditions::remove(&mut new_status.conditions, CONDITION_PROGRESS);
+                    }
+                }
+                requeue.map_or_else(Action::await_change, Action::requeue)
+            }
+            Step::Fail(error_type, message) => {
+                new_status.error_count = status.error_count + 1;
+                new_status.error_type = Some(error_type.as_str().to_owned());
+                new_status.error_message = message.clone();
+                conditions::remove(&mut new_status.conditions, CONDITION_PROGRESS);
+                let reason = error_reason(*error_type);
+                warnings.push((reason.to_owned(), message.clone()));
+                Action::requeue(machine::error_backoff(new_status.error_count))
+            }
+            Step::Released => Action::await_change(),
+        };
+        new_status.operational_status = if host
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(machine::ANNOTATION_DETACHED))
+        {
+            OperationalStatus::Detached
+        } else if new_status.error_type.is_some() {
+            OperationalStatus::Error
+        } else if new_status.provisioning.state == ProvisioningState::Unmanaged.as_str() {
+            OperationalStatus::Discovered
+        } else {
+            OperationalStatus::Ok
+        }
+        .as_str()
+        .to_owned();
+        let mut written = host.clone();
+        if new_status != status || host.status.is_none() {
+            new_status.last_updated = Some(now.clone());
+            let mut object = (*host).clone();
+            object.status = Some(new_status.clone());
+            written = Arc::new(
+                hosts
+                    .replace_status(&name, &PostParams::default(), &object)
+                    .await
+                    .map_err(api_error(
+                        "writing the status of",
+                        "BareMetalHost",
+                        &namespace,
+                        &name,
+                    ))?,
+            );
+        }
+        if let Some((from, to)) = transition {
+            context
+                .publish(
+                    &*host,
+                    EventType::Normal,
+                    machine::transition_reason(from, to),
+                    "Reconcile",
+                    format!("{from} → {to}"),
+                )
+                .await;
+        }
+        for (reason, note) in &effects.events {
+            context
+                .publish(&*host, EventType::Normal, reason, "Reconcile", note.clone())
+                .await;
+        }
+        for (reason, note) in &warnings {
+            context
+                .publish(
+                    &*host,
+                    EventType::Warning,
+                    reason,
+                    "Reconcile",
+                    note.clone(),
+                )
+                .await;
+        }
+        self.apply_effects(&client, &host, &namespace, &effects)
+            .await?;
+        if step == Step::Released {
+            let finalizers: Vec<&String> = written
+                .finalizers()
+                .iter()
+                .filter(|f| *f != FINALIZER)
+                .collect();
+            let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": written.metadata.resource_version}});
+            hosts
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(api_error(
+                    "removing the finalizer from",
+                    "BareMetalHost",
+                    &namespace,
+                    &name,
+                ))?;
+            self.settings.registry.release(&host_key(&host));
+        }
+        Ok(action)
+    }
+}
+
+impl HostController {
+    async fn apply_effects(
+        &self,
+        client: &Client,
+        host: &BareMetalHost,
+        namespace: &str,
+        effects: &Effects,
+    ) -> Result<(), HostError> {
+        let name = host.name_any();
+        if !effects.remove_annotations.is_empty() {
+            let removals: serde_json::Map<String, Value> = effects
+                .remove_annotations
+                .iter()
+                .map(|k| (k.clone(), Value::Null))
+                .collect();
+            let hosts: Api<BareMetalHost> = Api::namespaced(client.clone(), namespace);
+            hosts
+                .patch(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(&json!({"metadata": {"annotations": removals}})),
+                )
+                .await
+                .map_err(api_error(
+                    "removing annotations from",
+                    "BareMetalHost",
+                    namespace,
+                    &name,
+                ))?;
+        }
+        let data: Api<HardwareData> = Api::namespaced(client.clone(), namespace);
+        if let Some(hardware) = &effects.hardware_data {
+            let mut object = HardwareData::new(
+                name.clone(),
+                Some(namespace),
+                HardwareDataSpec {
+                    hardware: Some(hardware.clone()),
+                },
+            );
+            object.metadata.owner_references = Some(vec![owner_reference(host)]);
+            let existing = data.get_opt(&name).await.map_err(api_error(
+                "reading",
+                "HardwareData",
+                namespace,
+                &name,
+            ))?;
+            match existing {
+                Some(found) => {
+                    object.metadata.resource_version = found.metadata.resource_version;
+                    data.replace(&name, &PostParams::default(), &object)
+                        .await
+                        .map_err(api_error("updating", "HardwareData", namespace, &name))?;
+                }
+                None => {
+                    data.create(&PostParams::default(), &object)
+                        .await
+                        .map_err(api_error("creating", "HardwareData", namespace, &name))?;
+                }
+            }
+        }
+        if effects.delete_hardware_data {
+            match data.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(e) => return Err(api_error("deleting", "HardwareData", namespace, &name)(e)),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Clears the last failure. `all` also forgets the count (an operation finished); otherwise the
+/// count stays so the next failure of a retry backs off further.
+fn clear_error(status: &mut BareMetalHostStatus, all: bool) {
+    status.error_type = None;
+    status.error_message.clear();
+    if all {
+        status.error_count = 0;
+    }
+}
+
+fn error_reason(error_type: crate::state::ErrorType) -> &'static str {
+    use crate::state::ErrorType as E;
+    match error_type {
+        E::Registration => "RegistrationError",
+        E::ProvisionedRegistration => "ProvisionedRegistrationError",
+        E::Inspection => "InspectionError",
+        E::Preparation => "PreparationError",
+        E::Provisioning => "ProvisioningError",
+        E::PowerManagement => "PowerManagementError",
+        E::Detach => "DetachError",
+    }
+}
