@@ -1,6 +1,7 @@
 //! capstan's controllers, and how to run them.
 //!
 //! - [`ipam`]: the Metal3 IPAM pool allocator (IPClaim → IPAddress from an IPPool).
+//! - [`capstan_hosts`]: the BareMetalHost controller (when [`ControllerOptions::hosts`] is set).
 //! - [`gc`]: the owner-reference garbage collector, for the embedded API server only (a real
 //!   cluster has its own).
 //!
@@ -24,6 +25,9 @@ pub struct ControllerOptions {
     /// Run the garbage collector with a full sweep this often (the embedded API has no other);
     /// `None` against a real cluster.
     pub garbage_collection: Option<Duration>,
+    /// Run the BareMetalHost controller with these settings (it needs the provisioning server
+    /// that shares its agent registry running in the same process).
+    pub hosts: Option<capstan_hosts::HostSettings>,
 }
 
 impl ControllerOptions {
@@ -33,6 +37,7 @@ impl ControllerOptions {
         Self {
             runtime,
             garbage_collection: Some(gc::DEFAULT_SWEEP_INTERVAL),
+            hosts: None,
         }
     }
 
@@ -42,6 +47,7 @@ impl ControllerOptions {
         Self {
             runtime,
             garbage_collection: None,
+            hosts: None,
         }
     }
 }
@@ -52,6 +58,11 @@ pub fn shipped_controllers(options: &ControllerOptions) -> Vec<Box<dyn Task>> {
         controller_task(ipam::ClaimController::new()),
         controller_task(ipam::PoolController),
     ];
+    if let Some(settings) = &options.hosts {
+        tasks.push(controller_task(capstan_hosts::HostController::new(
+            settings.clone(),
+        )));
+    }
     if let Some(interval) = options.garbage_collection {
         tasks.push(Box::new(gc::GarbageCollector::new(interval)));
     }

@@ -92,6 +92,7 @@ impl Env {
         let options = ControllerOptions {
             runtime: RunOptions::new(shutdown.clone()).with_metrics(self.metrics.clone()),
             garbage_collection,
+            hosts: None,
         };
         let client = in_process_client(self.server.router());
         self.instances
