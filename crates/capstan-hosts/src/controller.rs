@@ -522,23 +522,8 @@ impl Reconciler for HostController {
         }
         .as_str()
         .to_owned();
-        let mut written = host.clone();
-        if new_status != status || host.status.is_none() {
-            new_status.last_updated = Some(now.clone());
-            let mut object = (*host).clone();
-            object.status = Some(new_status.clone());
-            written = Arc::new(
-                hosts
-                    .replace_status(&name, &PostParams::default(), &object)
-                    .await
-                    .map_err(api_error(
-                        "writing the status of",
-                        "BareMetalHost",
-                        &namespace,
-                        &name,
-                    ))?,
-            );
-        }
+        // Events go out before the status that reports the same step, so that whoever sees the
+        // status can find its Events.
         if let Some((from, to)) = transition {
             context
                 .publish(
@@ -565,6 +550,23 @@ impl Reconciler for HostController {
                     note.clone(),
                 )
                 .await;
+        }
+        let mut written = host.clone();
+        if new_status != status || host.status.is_none() {
+            new_status.last_updated = Some(now.clone());
+            let mut object = (*host).clone();
+            object.status = Some(new_status.clone());
+            written = Arc::new(
+                hosts
+                    .replace_status(&name, &PostParams::default(), &object)
+                    .await
+                    .map_err(api_error(
+                        "writing the status of",
+                        "BareMetalHost",
+                        &namespace,
+                        &name,
+                    ))?,
+            );
         }
         self.apply_effects(&client, &host, &namespace, &effects)
             .await?;
