@@ -376,3 +376,183 @@ async fn config_drive(State(registry): State<Arc<AgentRegistry>>, headers: Heade
         None => StatusCode::UNAUTHORIZED.into_response(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::to_bytes;
+    use axum::http::Request;
+    use capstan_model::agent::{StepKind, StepReport};
+    use tower::ServiceExt;
+
+    #[derive(Debug)]
+    struct EchoMedia;
+    impl BootMediaBuilder for EchoMedia {
+        fn boot_iso(&self, extra_cmdline: &str) -> Result<Vec<u8>, String> {
+            Ok(extra_cmdline.as_bytes().to_vec())
+        }
+    }
+
+    fn registry() -> Arc<AgentRegistry> {
+        Arc::new(AgentRegistry::new(ServerSettings {
+            agent_url: "http://10.0.2.2:6180/".into(),
+            media_url: "http://127.0.0.1:6180".into(),
+            images_dir: None,
+            boot_media: Some(Arc::new(EchoMedia)),
+        }))
+    }
+
+    fn session(name: &str, token: &str, drive: &[u8]) -> SessionSpec {
+        SessionSpec {
+            host: HostKey {
+                namespace: "default".into(),
+                name: name.into(),
+            },
+            token: token.into(),
+            media_id: format!("media-{name}"),
+            command: Command::Inspect {
+                operation: format!("inspect-{name}"),
+            },
+            config_drive: Some(Arc::new(drive.to_vec())),
+        }
+    }
+
+    async fn call(router: &Router, request: Request<Body>) -> (StatusCode, Vec<u8>) {
+        let response = router.clone().oneshot(request).await.unwrap();
+        let status = response.status();
+        (
+            status,
+            to_bytes(response.into_body(), 1 << 20)
+                .await
+                .unwrap()
+                .to_vec(),
+        )
+    }
+
+    fn heartbeat_request(token: Option<&str>, body: &Heartbeat) -> Request<Body> {
+        let mut builder = Request::post(HEARTBEAT_PATH).header("content-type", "application/json");
+        if let Some(token) = token {
+            builder = builder.header("authorization", format!("Bearer {token}"));
+        }
+        builder
+            .body(Body::from(serde_json::to_vec(body).unwrap()))
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn tokens_decide_who_is_talking_and_what_they_may_read() {
+        let registry = registry();
+        registry.register(session("h0", "token-0", b"drive-0"));
+        registry.register(session("h1", "token-1", b"drive-1"));
+        let router = router(registry.clone());
+
+        let (status, _) = call(&router, heartbeat_request(None, &Heartbeat::default())).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        let (status, _) = call(
+            &router,
+            heartbeat_request(Some("guess"), &Heartbeat::default()),
+        )
+        .await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+
+        let beat = Heartbeat {
+            agent_version: "t".into(),
+            hardware: None,
+            step: Some(StepReport {
+                operation: "inspect-h1".into(),
+                kind: StepKind::Inspect,
+                phase: StepPhase::Running,
+                progress: None,
+                error: None,
+            }),
+        };
+        let (status, body) = call(&router, heartbeat_request(Some("token-1"), &beat)).await;
+        assert_eq!(status, StatusCode::OK);
+        let response: HeartbeatResponse = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            response.command,
+            Command::Inspect {
+                operation: "inspect-h1".into()
+            }
+        );
+        let host1 = HostKey {
+            namespace: "default".into(),
+            name: "h1".into(),
+        };
+        let host0 = HostKey {
+            namespace: "default".into(),
+            name: "h0".into(),
+        };
+        assert!(registry.latest(&host1).unwrap().1.is_some());
+        assert!(
+            registry.latest(&host0).unwrap().1.is_none(),
+            "h1's heartbeat is not h0's"
+        );
+
+        // Each token reads its own host's config drive, and nothing else.
+        for (token, drive) in [("token-0", b"drive-0"), ("token-1", b"drive-1")] {
+            let request = Request::get(CONFIG_DRIVE_PATH)
+                .header("authorization", format!("Bearer {token}"))
+                .body(Body::empty())
+                .unwrap();
+            let (status, body) = call(&router, request).await;
+            assert_eq!(status, StatusCode::OK);
+            assert_eq!(body, drive);
+        }
+        let request = Request::get(CONFIG_DRIVE_PATH).body(Body::empty()).unwrap();
+        assert_eq!(call(&router, request).await.0, StatusCode::UNAUTHORIZED);
+
+        // Boot media carries the agent's settings; a released session's token and media stop working.
+        let (status, body) = call(
+            &router,
+            Request::get("/boot/media-h0.iso")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK);
+        let cmdline = String::from_utf8(body).unwrap();
+        assert_eq!(
+            cmdline,
+            "capstan.url=http://10.0.2.2:6180 capstan.token=token-0 capstan.host=default/h0"
+        );
+        registry.release(&host0);
+        let (status, _) = call(
+            &router,
+            Request::get("/boot/media-h0.iso")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        let (status, _) = call(
+            &router,
+            heartbeat_request(Some("token-0"), &Heartbeat::default()),
+        )
+        .await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        assert_eq!(registry.media_url("m"), "http://127.0.0.1:6180/boot/m.iso");
+    }
+
+    #[test]
+    fn a_session_spec_never_shows_its_token() {
+        let text = format!("{:?}", session("h0", "very-secret-token", b""));
+        assert!(!text.contains("very-secret-token"), "{text}");
+    }
+
+    #[test]
+    fn re_registering_the_same_token_keeps_the_last_heartbeat_and_a_new_one_replaces_it() {
+        let registry = registry();
+        registry.register(session("h0", "t0", b""));
+        registry.heartbeat("t0", Heartbeat::default()).unwrap();
+        let host = HostKey {
+            namespace: "default".into(),
+            name: "h0".into(),
+        };
+        registry.register(session("h0", "t0", b""));
+        assert!(registry.latest(&host).unwrap().1.is_some());
+        registry.register(session("h0", "t1", b""));
+        assert!(registry.latest(&host).unwrap().1.is_none());
+        assert!(registry.heartbeat("t0", Heartbeat::default()).is_none());
+    }
+}
