@@ -12,6 +12,7 @@
 mod client;
 mod cmd;
 mod output;
+mod provisioning;
 
 use clap::Parser;
 use std::process::ExitCode;

@@ -43,6 +43,9 @@ fn serve_logging(data_dir: &Path, port: u16, extra: &[&str], log: Option<&Path>)
             data_dir.to_str().unwrap(),
             "--listen",
             &format!("127.0.0.1:{port}"),
+            // Tests run side by side: each takes a free port for provisioning too.
+            "--provisioning-listen",
+            "127.0.0.1:0",
         ])
         .args(extra)
         .stdout(Stdio::piped())

@@ -200,6 +200,7 @@ fn spawn_capstan(data_dir: &Path, port: u16) -> anyhow::Result<Child> {
         .args(["serve", "--data-dir"])
         .arg(data_dir)
         .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(["--provisioning-listen", "127.0.0.1:0"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()

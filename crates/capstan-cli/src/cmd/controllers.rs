@@ -20,6 +20,8 @@ pub struct Args {
     /// Run without leader election (only when a single replica runs).
     #[arg(long)]
     no_leader_election: bool,
+    #[command(flatten)]
+    provisioning: crate::provisioning::ProvisioningArgs,
 }
 
 pub fn run(args: Args, _style: &Style) -> anyhow::Result<Exit> {
@@ -70,11 +72,17 @@ pub fn run(args: Args, _style: &Style) -> anyhow::Result<Exit> {
             args.kubeconfig.display(),
             args.health_listen
         );
-        let result = capstan_controllers::run_controllers(
-            client,
-            capstan_controllers::ControllerOptions::standalone(options),
-        )
-        .await;
+        let mut controller_options = capstan_controllers::ControllerOptions::standalone(options);
+        if let Some(provisioning) =
+            crate::provisioning::start(&args.provisioning, None, shutdown.clone()).await?
+        {
+            eprintln!(
+                "capstan controllers: provisioning server at {}",
+                provisioning.url
+            );
+            controller_options.hosts = Some(provisioning.settings);
+        }
+        let result = capstan_controllers::run_controllers(client, controller_options).await;
         shutdown.cancel();
         let _ = health_server.await;
         result.context("controllers")?;

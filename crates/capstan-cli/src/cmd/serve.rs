@@ -32,6 +32,8 @@ pub struct Args {
     /// Serve the API only; run no controllers in this process.
     #[arg(long)]
     no_controllers: bool,
+    #[command(flatten)]
+    provisioning: crate::provisioning::ProvisioningArgs,
 }
 
 pub fn run(args: Args, style: &Style) -> anyhow::Result<Exit> {
@@ -130,9 +132,16 @@ async fn serve(args: Args, style: &Style) -> anyhow::Result<Exit> {
             .metrics
             .with_registry(|registry| metrics.register(registry));
         let client = capstan_runtime::in_process_client(server.router());
-        let options = capstan_controllers::ControllerOptions::embedded(
+        let mut options = capstan_controllers::ControllerOptions::embedded(
             capstan_runtime::RunOptions::new(shutdown.clone()).with_metrics(metrics),
         );
+        if let Some(provisioning) =
+            crate::provisioning::start(&args.provisioning, Some(&data_dir), shutdown.clone())
+                .await?
+        {
+            eprintln!("capstan serve: provisioning server at {}", provisioning.url);
+            options.hosts = Some(provisioning.settings);
+        }
         Some(tokio::spawn(capstan_controllers::run_controllers(
             client, options,
         )))

@@ -1,0 +1,99 @@
+//! The provisioning server and BareMetalHost controller settings shared by `capstan serve` and
+//! `capstan controllers`: where hosts and BMCs reach capstan, the ramdisk, the images directory.
+
+use anyhow::Context;
+use capstan_hosts::{AgentRegistry, BootMediaBuilder, HostSettings, ServerSettings};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Provisioning flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ProvisioningArgs {
+    /// Where the provisioning server listens (plain HTTP: boot media, agent callbacks, images).
+    #[arg(long, default_value = "127.0.0.1:6180")]
+    pub provisioning_listen: SocketAddr,
+    /// Base URL the agent on a host uses to reach the provisioning server (default: the listen
+    /// address). From a QEMU guest on user networking this is http://10.0.2.2:PORT.
+    #[arg(long, value_name = "URL")]
+    pub agent_url: Option<String>,
+    /// Base URL BMCs fetch boot media from (default: the listen address).
+    #[arg(long, value_name = "URL")]
+    pub media_url: Option<String>,
+    /// The provisioning ramdisk made by `capstan ramdisk build` (default: DATA_DIR/ramdisk when it
+    /// exists). Without one only `fake://` hosts can be inspected and provisioned.
+    #[arg(long, value_name = "DIR")]
+    pub ramdisk: Option<PathBuf>,
+    /// A directory served under /images/ (default: DATA_DIR/images when it exists).
+    #[arg(long, value_name = "DIR")]
+    pub images_dir: Option<PathBuf>,
+    /// How long a booted host's agent has to call back, in seconds.
+    #[arg(long, default_value_t = 1200)]
+    pub boot_timeout: u64,
+    /// Hosts reconciled at once.
+    #[arg(long, default_value_t = 16)]
+    pub host_concurrency: u16,
+    /// How long the simulated agent of a `fake://` host takes per step, in milliseconds.
+    #[arg(long, default_value_t = 200)]
+    pub fake_step_ms: u64,
+    /// Run no BareMetalHost controller and no provisioning server.
+    #[arg(long)]
+    pub no_hosts: bool,
+}
+
+/// A running provisioning server and the settings of the controller that shares its registry.
+pub struct Provisioning {
+    pub settings: HostSettings,
+    pub url: String,
+}
+
+/// Starts the provisioning server (until `shutdown`) and returns the host controller settings.
+pub async fn start(
+    args: &ProvisioningArgs,
+    data_dir: Option<&Path>,
+    shutdown: capstan_runtime::CancellationToken,
+) -> anyhow::Result<Option<Provisioning>> {
+    if args.no_hosts {
+        return Ok(None);
+    }
+    let listener = tokio::net::TcpListener::bind(args.provisioning_listen)
+        .await
+        .with_context(|| {
+            format!(
+                "listening on {} (--provisioning-listen)",
+                args.provisioning_listen
+            )
+        })?;
+    let local = listener
+        .local_addr()
+        .context("reading the provisioning address")?;
+    let url = format!("http://{local}");
+    let default_dir = |name: &str| data_dir.map(|d| d.join(name)).filter(|d| d.is_dir());
+    let ramdisk_dir = args.ramdisk.clone().or_else(|| default_dir("ramdisk"));
+    let boot_media: Option<Arc<dyn BootMediaBuilder>> = match &ramdisk_dir {
+        Some(dir) => anyhow::bail!("no ramdisk support in this build ({})", dir.display()),
+        None => None,
+    };
+    let images_dir = args.images_dir.clone().or_else(|| default_dir("images"));
+    let registry = Arc::new(AgentRegistry::new(ServerSettings {
+        agent_url: args.agent_url.clone().unwrap_or_else(|| url.clone()),
+        media_url: args.media_url.clone().unwrap_or_else(|| url.clone()),
+        images_dir,
+        boot_media,
+    }));
+    let router = capstan_hosts::agent_server::router(registry.clone());
+    tokio::spawn(async move {
+        let served = axum::serve(listener, router)
+            .with_graceful_shutdown(shutdown.cancelled_owned())
+            .await;
+        if let Err(err) = served {
+            tracing::warn!(error = %err, "provisioning server");
+        }
+    });
+    let mut settings = HostSettings::new(registry);
+    settings.concurrency = args.host_concurrency;
+    settings.boot_timeout = Duration::from_secs(args.boot_timeout);
+    settings.simulated_step_time = Duration::from_millis(args.fake_step_ms);
+    Ok(Some(Provisioning { settings, url }))
+}
