@@ -87,7 +87,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 /// VmRSS and VmHWM of a process, in MiB.
-fn rss_mib(pid: u32) -> (f64, f64) {
+pub(super) fn rss_mib(pid: u32) -> (f64, f64) {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let field = |name: &str| {
         status
@@ -387,7 +387,7 @@ async fn bench_capstan(args: &Args) -> anyhow::Result<Figures> {
     Ok(figures)
 }
 
-fn tempfile_dir(name: &str) -> anyhow::Result<PathBuf> {
+pub(super) fn tempfile_dir(name: &str) -> anyhow::Result<PathBuf> {
     let dir = std::env::temp_dir().join(format!("capstan-bench-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;

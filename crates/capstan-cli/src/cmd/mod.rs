@@ -3,6 +3,7 @@
 mod apply;
 mod backup;
 mod bench;
+mod bench_hosts;
 mod controllers;
 mod crds;
 mod delete;
@@ -53,6 +54,8 @@ pub enum Command {
 pub enum BenchCommand {
     /// The API and its store: throughput, watch latency, memory, restart time; etcd beside it.
     Store(bench::Args),
+    /// BareMetalHosts with fake BMCs from registration to available to provisioned: time, CPU, memory.
+    Hosts(bench_hosts::Args),
 }
 
 /// Runs one subcommand; errors that escape are reported as "could not read" (exit 2).
@@ -68,6 +71,7 @@ pub fn run(command: Command, style: &Style) -> anyhow::Result<Exit> {
         Command::Describe(args) => describe::run(args, style),
         Command::Delete(args) => delete::run(args, style),
         Command::Bench(BenchCommand::Store(args)) => bench::run(args),
+        Command::Bench(BenchCommand::Hosts(args)) => bench_hosts::run(args),
         Command::Controllers(args) => controllers::run(args, style),
         Command::Crds(args) => crds::run(args),
     }

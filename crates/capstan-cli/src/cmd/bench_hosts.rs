@@ -1,0 +1,249 @@
+//! `capstan bench hosts`: many `fake://` BareMetalHosts through a real `capstan serve` — from
+//! nothing to `available` (registration, inspection by the simulated agent), then to
+//! `provisioned` — timing each phase and reading the server's CPU time and peak memory.
+//!
+//! The fake BMC and the simulated agent replace only the machines: the API server, the store, the
+//! host controller, the provisioner and the agent session registry all do their real work.
+
+use crate::output::Exit;
+use anyhow::{Context, anyhow, bail};
+use capstan_model::metal3::BareMetalHost;
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde::Serialize;
+use serde_json::json;
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Arguments of `capstan bench hosts`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// How many hosts.
+    #[arg(long, default_value_t = 1000)]
+    count: usize,
+    /// Hosts the controller reconciles at once.
+    #[arg(long, default_value_t = 64)]
+    concurrency: u16,
+    /// How long the simulated agent takes per step, in milliseconds.
+    #[arg(long, default_value_t = 200)]
+    step_ms: u64,
+    /// Give up after this many seconds per phase.
+    #[arg(long, default_value_t = 600)]
+    timeout: u64,
+    /// Print the figures as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct Figures {
+    hosts: usize,
+    concurrency: u16,
+    simulated_step_ms: u64,
+    create_seconds: f64,
+    to_available_seconds: f64,
+    to_provisioned_seconds: f64,
+    server_cpu_seconds: f64,
+    server_peak_rss_mib: f64,
+    server_rss_mib: f64,
+}
+
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the parenthesised command name: utime and stime are the 12th and 13th.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // Linux reports these in clock ticks of 1/100 s on every platform capstan runs on.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+fn spawn_server(data_dir: &Path, port: u16, args: &Args) -> anyhow::Result<Child> {
+    let exe = std::env::current_exe().context("locating the capstan binary")?;
+    let mut child = Command::new(exe)
+        .args(["serve", "--data-dir"])
+        .arg(data_dir)
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(["--provisioning-listen", "127.0.0.1:0"])
+        .args(["--host-concurrency", &args.concurrency.to_string()])
+        .args(["--fake-step-ms", &args.step_ms.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting capstan serve")?;
+    let stdout = child.stdout.take().ok_or_else(|| anyhow!("no stdout"))?;
+    let mut line = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .context("waiting for capstan serve")?;
+    if !line.contains("ready") {
+        bail!("capstan serve did not start: {line:?}");
+    }
+    Ok(child)
+}
+
+/// Waits until every host is in `state`, following a watch.
+async fn all_in_state(
+    hosts: &Api<BareMetalHost>,
+    count: usize,
+    state: &str,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let mut states: HashMap<String, String> = HashMap::new();
+    let stream = watcher(hosts.clone(), watcher::Config::default())
+        .default_backoff()
+        .applied_objects();
+    futures::pin_mut!(stream);
+    let waiting = async {
+        while let Some(host) = stream.try_next().await? {
+            let current = host
+                .status
+                .as_ref()
+                .map(|s| s.provisioning.state.clone())
+                .unwrap_or_default();
+            states.insert(host.metadata.name.clone().unwrap_or_default(), current);
+            if states.len() >= count && states.values().all(|s| s == state) {
+                return Ok::<_, anyhow::Error>(());
+            }
+        }
+        bail!("the watch ended")
+    };
+    tokio::time::timeout(timeout, waiting).await.map_err(|_| {
+        anyhow!(
+            "not every host reached {state} within {} s",
+            timeout.as_secs()
+        )
+    })?
+}
+
+async fn bench(args: &Args, data_dir: &Path) -> anyhow::Result<Figures> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let mut child = spawn_server(data_dir, port, args)?;
+    let pid = child.id();
+    let result = async {
+        let client = capstan_runtime::client_from_kubeconfig(&data_dir.join("kubeconfig")).await?;
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
+        let hosts: Api<BareMetalHost> = Api::namespaced(client.clone(), "default");
+        let timeout = Duration::from_secs(args.timeout);
+        let started = Instant::now();
+        futures::stream::iter(0..args.count)
+            .map(|i| {
+                let (secrets, hosts) = (secrets.clone(), hosts.clone());
+                async move {
+                    let secret: Secret = serde_json::from_value(json!({
+                        "apiVersion": "v1", "kind": "Secret",
+                        "metadata": {"name": format!("host-{i}-bmc")},
+                        "stringData": {"username": "admin", "password": "password"},
+                    }))?;
+                    secrets.create(&PostParams::default(), &secret).await?;
+                    let host: BareMetalHost = serde_json::from_value(json!({
+                        "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
+                        "metadata": {"name": format!("host-{i}")},
+                        "spec": {
+                            "online": true,
+                            "bmc": {"address": format!("fake://bench/host-{i}"), "credentialsName": format!("host-{i}-bmc")},
+                        },
+                    }))?;
+                    hosts.create(&PostParams::default(), &host).await?;
+                    Ok::<_, anyhow::Error>(())
+                }
+            })
+            .buffer_unordered(32)
+            .try_collect::<Vec<()>>()
+            .await?;
+        let create_seconds = started.elapsed().as_secs_f64();
+        all_in_state(&hosts, args.count, "available", timeout).await?;
+        let to_available_seconds = started.elapsed().as_secs_f64();
+        let provisioning = Instant::now();
+        let image = json!({"spec": {"image": {
+            "url": "http://images.example/node.img",
+            "checksum": "0".repeat(64),
+            "checksumType": "sha256",
+            "format": "raw",
+        }}});
+        futures::stream::iter(0..args.count)
+            .map(|i| {
+                let (hosts, image) = (hosts.clone(), image.clone());
+                async move {
+                    hosts
+                        .patch(&format!("host-{i}"), &PatchParams::default(), &Patch::Merge(&image))
+                        .await?;
+                    Ok::<_, anyhow::Error>(())
+                }
+            })
+            .buffer_unordered(32)
+            .try_collect::<Vec<()>>()
+            .await?;
+        all_in_state(&hosts, args.count, "provisioned", timeout).await?;
+        let to_provisioned_seconds = provisioning.elapsed().as_secs_f64();
+        let (rss, peak) = super::bench::rss_mib(pid);
+        Ok::<_, anyhow::Error>(Figures {
+            hosts: args.count,
+            concurrency: args.concurrency,
+            simulated_step_ms: args.step_ms,
+            create_seconds,
+            to_available_seconds,
+            to_provisioned_seconds,
+            server_cpu_seconds: cpu_seconds(pid),
+            server_peak_rss_mib: peak,
+            server_rss_mib: rss,
+        })
+    }
+    .await;
+    let _ = child.kill();
+    let _ = child.wait();
+    result
+}
+
+pub fn run(args: Args) -> anyhow::Result<Exit> {
+    let dir = super::bench::tempfile_dir("hosts")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    eprintln!(
+        "bench hosts: {} fake hosts through capstan serve…",
+        args.count
+    );
+    let figures = runtime.block_on(bench(&args, &dir));
+    let _ = std::fs::remove_dir_all(&dir);
+    let figures = figures?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&figures)?);
+    } else {
+        println!(
+            "{} fake hosts (controller concurrency {}, simulated agent step {} ms)",
+            figures.hosts, figures.concurrency, figures.simulated_step_ms
+        );
+        println!("  created in            {:>8.2} s", figures.create_seconds);
+        println!(
+            "  all available after   {:>8.2} s",
+            figures.to_available_seconds
+        );
+        println!(
+            "  all provisioned after {:>8.2} s (from setting the image)",
+            figures.to_provisioned_seconds
+        );
+        println!(
+            "  server CPU time       {:>8.2} s",
+            figures.server_cpu_seconds
+        );
+        println!(
+            "  server peak RSS       {:>8.1} MiB (now {:.1} MiB)",
+            figures.server_peak_rss_mib, figures.server_rss_mib
+        );
+    }
+    Ok(Exit::Ok)
+}
