@@ -137,6 +137,9 @@ struct SessionRecord {
     token: String,
     media_id: String,
     booted: bool,
+    /// The operation ended and the host was set to boot as asked; kept for deploys and cleanings
+    /// until the state machine moves on, so a restart in between does not run them again.
+    finished: bool,
 }
 
 /// A provisioner for one host.
@@ -245,6 +248,7 @@ impl VirtualMediaProvisioner {
             token: field("token")?,
             media_id: field("mediaId")?,
             booted: field("booted")? == "true",
+            finished: data.get("finished").is_some_and(|v| v.0 == b"true"),
         }))
     }
 
@@ -260,6 +264,7 @@ impl VirtualMediaProvisioner {
             ("token", record.token.as_str()),
             ("mediaId", record.media_id.as_str()),
             ("booted", if record.booted { "true" } else { "false" }),
+            ("finished", if record.finished { "true" } else { "false" }),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), ByteString(v.as_bytes().to_vec())))
@@ -338,7 +343,7 @@ impl VirtualMediaProvisioner {
         config_drive: Option<Arc<Vec<u8>>>,
     ) -> Result<Progress<Heartbeat>, ProvisionerError> {
         let record = match self.load_session().await? {
-            Some(record) if record.kind == kind => record,
+            Some(record) if record.kind == kind && !record.finished => record,
             _ => {
                 // A new operation: persist it before anything is booted, so a restart finds it.
                 let record = SessionRecord {
@@ -347,6 +352,7 @@ impl VirtualMediaProvisioner {
                     token: random_id(24),
                     media_id: random_id(16),
                     booted: false,
+                    finished: false,
                 };
                 self.save_session(&record, true).await?;
                 record
@@ -467,7 +473,12 @@ impl VirtualMediaProvisioner {
     }
 
     /// After an agent operation: eject, then set the power as asked. `Done` once both hold.
-    async fn finish(&self, boot_disk: bool, power_on: bool) -> Result<Progress, ProvisionerError> {
+    async fn finish(
+        &self,
+        kind: Option<StepKind>,
+        boot_disk: bool,
+        power_on: bool,
+    ) -> Result<Progress, ProvisionerError> {
         // The session is forgotten last: until then a retry finds the agent's result again.
         if let Err(err) = self.bmc.eject_virtual_media().await {
             return Ok(bmc_failure("ejecting the agent's boot media", &err));
@@ -482,8 +493,28 @@ impl VirtualMediaProvisioner {
         } else if let Err(err) = self.bmc.set_power(power_on).await {
             return Ok(bmc_failure("setting the power", &err));
         }
-        self.forget_operation().await?;
+        self.registry.release(&self.host);
+        match (kind, self.load_session().await?) {
+            (Some(StepKind::Deploy | StepKind::Clean), Some(record))
+                if Some(record.kind) == kind =>
+            {
+                let finished = SessionRecord {
+                    finished: true,
+                    ..record
+                };
+                self.save_session(&finished, false).await?;
+            }
+            _ => self.delete_session().await?,
+        }
         Ok(Progress::Done(()))
+    }
+
+    /// Whether the last operation of `kind` finished (and the host was set to boot as asked).
+    async fn finished(&self, kind: StepKind) -> Result<bool, ProvisionerError> {
+        Ok(self
+            .load_session()
+            .await?
+            .is_some_and(|r| r.kind == kind && r.finished))
     }
 }
 
@@ -576,11 +607,13 @@ impl Provisioner for VirtualMediaProvisioner {
                             "the agent finished inspecting but sent no hardware".into(),
                         ));
                     };
-                    Ok(match self.finish(false, false).await? {
-                        Progress::Done(()) => Progress::Done(hardware),
-                        Progress::Busy { requeue, note } => Progress::Busy { requeue, note },
-                        Progress::Failed(m) => Progress::Failed(m),
-                    })
+                    Ok(
+                        match self.finish(Some(StepKind::Inspect), false, false).await? {
+                            Progress::Done(()) => Progress::Done(hardware),
+                            Progress::Busy { requeue, note } => Progress::Busy { requeue, note },
+                            Progress::Failed(m) => Progress::Failed(m),
+                        },
+                    )
                 }
                 Progress::Busy { requeue, note } => Ok(Progress::Busy { requeue, note }),
                 Progress::Failed(m) => Ok(Progress::Failed(m)),
@@ -594,6 +627,9 @@ impl Provisioner for VirtualMediaProvisioner {
         power_on: bool,
     ) -> BoxFuture<'a, Result<Progress, ProvisionerError>> {
         Box::pin(async move {
+            if self.finished(StepKind::Deploy).await? {
+                return Ok(Progress::Done(()));
+            }
             let make = |operation: String| {
                 Command::Deploy(DeployCommand {
                     operation,
@@ -609,7 +645,7 @@ impl Provisioner for VirtualMediaProvisioner {
                 .run_agent_operation(StepKind::Deploy, make, request.config_drive.clone())
                 .await?
             {
-                Progress::Done(_) => self.finish(true, power_on).await,
+                Progress::Done(_) => self.finish(Some(StepKind::Deploy), true, power_on).await,
                 Progress::Busy { requeue, note } => Ok(Progress::Busy { requeue, note }),
                 Progress::Failed(m) => {
                     // A failed write must not leave the host running the ramdisk with its media in.
@@ -624,7 +660,11 @@ impl Provisioner for VirtualMediaProvisioner {
     fn deprovision(&self, clean: bool) -> BoxFuture<'_, Result<Progress, ProvisionerError>> {
         Box::pin(async move {
             if !clean {
-                return self.finish(false, false).await;
+                // Also forgets a finished deploy, so the next provisioning writes afresh.
+                return self.finish(None, false, false).await;
+            }
+            if self.finished(StepKind::Clean).await? {
+                return Ok(Progress::Done(()));
             }
             let make = |operation: String| {
                 Command::Clean(CleanCommand {
@@ -637,7 +677,7 @@ impl Provisioner for VirtualMediaProvisioner {
                 .run_agent_operation(StepKind::Clean, make, None)
                 .await?
             {
-                Progress::Done(_) => self.finish(false, false).await,
+                Progress::Done(_) => self.finish(Some(StepKind::Clean), false, false).await,
                 Progress::Busy { requeue, note } => Ok(Progress::Busy { requeue, note }),
                 Progress::Failed(m) => Ok(Progress::Failed(m)),
             }
