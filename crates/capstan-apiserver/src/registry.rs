@@ -217,13 +217,17 @@ fn printer_columns(kind: &str) -> Vec<Value> {
             col("Version", "string", ".spec.version", 0),
         ],
         "BareMetalHost" => vec![
+            col("Status", "string", ".status.operationalStatus", 0),
             col("State", "string", ".status.provisioning.state", 0),
             col("Consumer", "string", ".spec.consumerRef.name", 0),
             col("Online", "boolean", ".spec.online", 0),
             col("Error", "string", ".status.errorType", 0),
             age,
             col("BMC", "string", ".spec.bmc.address", 1),
-            col("Hardware", "string", ".status.hardwareProfile", 1),
+            col("Powered On", "boolean", ".status.poweredOn", 1),
+            col("CPUs", "integer", ".status.hardware.cpu.count", 1),
+            col("RAM MiB", "integer", ".status.hardware.ramMebibytes", 1),
+            col("Boot MAC", "string", ".spec.bootMACAddress", 1),
         ],
         "Metal3Machine" => vec![
             cluster,

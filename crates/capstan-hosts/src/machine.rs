@@ -165,6 +165,8 @@ pub async fn next_step(
                 return Ok(Step::Go(S::Deprovisioning));
             }
             S::None | S::Unmanaged => return Ok(Step::Go(S::Deleting)),
+            // Never reached with its credentials: there is nothing capstan could power off.
+            _ if pass.status.good_credentials.is_none() => return Ok(Step::Go(S::Deleting)),
             _ if detached || pass.provisioner.is_none() => return Ok(Step::Go(S::Deleting)),
             _ => return Ok(Step::Go(S::PoweringOffBeforeDelete)),
         }
