@@ -34,8 +34,8 @@ pub enum ConfigDriveError {
         name: String,
         reason: String,
     },
-    #[error("building the config drive image: {0}")]
-    Iso(String),
+    #[error("building the config drive image")]
+    Iso(#[source] capstan_iso::IsoError),
 }
 
 /// The three documents of a config drive.
@@ -75,9 +75,20 @@ impl ConfigDrive {
 
     /// The ISO 9660 image, labelled `config-2`.
     pub fn to_iso(&self) -> Result<Vec<u8>, ConfigDriveError> {
-        Err(ConfigDriveError::Iso(format!(
-            "ISO writer pending for {CONFIG_DRIVE_LABEL}"
-        )))
+        let mut iso =
+            capstan_iso::IsoImage::new(CONFIG_DRIVE_LABEL).map_err(ConfigDriveError::Iso)?;
+        let json = |value: &Value| serde_json::to_vec_pretty(value).unwrap_or_default();
+        iso.add_bytes("openstack/latest/meta_data.json", json(&self.meta_data))
+            .map_err(ConfigDriveError::Iso)?;
+        if let Some(network) = &self.network_data {
+            iso.add_bytes("openstack/latest/network_data.json", json(network))
+                .map_err(ConfigDriveError::Iso)?;
+        }
+        if let Some(user) = &self.user_data {
+            iso.add_bytes("openstack/latest/user_data", user.clone())
+                .map_err(ConfigDriveError::Iso)?;
+        }
+        iso.to_vec().map_err(ConfigDriveError::Iso)
     }
 }
 

@@ -262,7 +262,6 @@ async fn a_fake_host_goes_through_the_whole_lifecycle() {
     let reasons = event_reasons(c, "h0").await;
     for wanted in [
         "Registered",
-        "InspectionStarted",
         "InspectionComplete",
         "ProvisioningStarted",
         "Provisioned",
