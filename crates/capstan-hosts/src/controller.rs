@@ -81,6 +81,9 @@ pub struct HostSettings {
     pub boot_timeout: Duration,
     /// How long a simulated agent (fake BMCs) takes per step.
     pub simulated_step_time: Duration,
+    /// Whether `fake://` hosts get a simulated agent. Off, they are booted like real ones and
+    /// whoever plays the machine runs a real agent (integration tests do).
+    pub simulate_fake_agents: bool,
 }
 
 impl HostSettings {
@@ -91,6 +94,7 @@ impl HostSettings {
             bmc_timeout: Duration::from_secs(30),
             boot_timeout: crate::provisioner::DEFAULT_BOOT_TIMEOUT,
             simulated_step_time: Duration::from_millis(200),
+            simulate_fake_agents: true,
         }
     }
 }
@@ -192,10 +196,10 @@ impl HostController {
             Err(err) => return Ok((None, Some(format!("spec.bmc.address: {err}")), version)),
         };
         let launcher = match address.driver {
-            Driver::Fake => AgentLauncher::Simulated {
+            Driver::Fake if self.settings.simulate_fake_agents => AgentLauncher::Simulated {
                 step_time: self.settings.simulated_step_time,
             },
-            Driver::Redfish => AgentLauncher::Boot,
+            Driver::Fake | Driver::Redfish => AgentLauncher::Boot,
         };
         let provisioner: Arc<dyn Provisioner> = Arc::new(VirtualMediaProvisioner::new(
             driver,
