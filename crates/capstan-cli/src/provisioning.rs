@@ -42,6 +42,18 @@ pub struct ProvisioningArgs {
     pub no_hosts: bool,
 }
 
+/// The ramdisk as a maker of per-host boot ISOs.
+#[derive(Debug)]
+struct RamdiskMedia(capstan_ramdisk::Ramdisk);
+
+impl BootMediaBuilder for RamdiskMedia {
+    fn boot_iso(&self, extra_cmdline: &str) -> Result<Vec<u8>, String> {
+        self.0
+            .boot_iso(extra_cmdline)
+            .map_err(|e| capstan_runtime::controller::ErrorChain(&e).to_string())
+    }
+}
+
 /// A running provisioning server and the settings of the controller that shares its registry.
 pub struct Provisioning {
     pub settings: HostSettings,
@@ -72,7 +84,10 @@ pub async fn start(
     let default_dir = |name: &str| data_dir.map(|d| d.join(name)).filter(|d| d.is_dir());
     let ramdisk_dir = args.ramdisk.clone().or_else(|| default_dir("ramdisk"));
     let boot_media: Option<Arc<dyn BootMediaBuilder>> = match &ramdisk_dir {
-        Some(dir) => anyhow::bail!("no ramdisk support in this build ({})", dir.display()),
+        Some(dir) => Some(Arc::new(RamdiskMedia(
+            capstan_ramdisk::Ramdisk::open(dir)
+                .with_context(|| format!("opening the ramdisk in {}", dir.display()))?,
+        ))),
         None => None,
     };
     let images_dir = args.images_dir.clone().or_else(|| default_dir("images"));

@@ -11,6 +11,7 @@ mod describe;
 pub(crate) mod get;
 mod kubeconfig;
 mod lint;
+mod ramdisk;
 mod render;
 mod serve;
 
@@ -47,6 +48,9 @@ pub enum Command {
     /// Measure the embedded management plane (and etcd as the yardstick).
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// The provisioning ramdisk the BareMetalHost controller boots hosts into.
+    #[command(subcommand)]
+    Ramdisk(ramdisk::RamdiskCommand),
 }
 
 /// What `capstan bench` measures.
@@ -74,5 +78,6 @@ pub fn run(command: Command, style: &Style) -> anyhow::Result<Exit> {
         Command::Bench(BenchCommand::Hosts(args)) => bench_hosts::run(args),
         Command::Controllers(args) => controllers::run(args, style),
         Command::Crds(args) => crds::run(args),
+        Command::Ramdisk(command) => ramdisk::run(command, style),
     }
 }
