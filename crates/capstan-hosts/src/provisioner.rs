@@ -39,7 +39,7 @@ pub const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 /// How soon to look again while an agent works.
 const POLL: Duration = Duration::from_secs(2);
 /// How soon to look again after a power change was requested.
-const POWER_POLL: Duration = Duration::from_secs(3);
+const POWER_POLL: Duration = Duration::from_secs(1);
 
 /// Where an operation stands.
 #[derive(Clone, Debug, PartialEq)]
@@ -434,6 +434,11 @@ impl VirtualMediaProvisioner {
     /// Inserts the session's boot media and boots the host from it once. `Some` when the BMC
     /// failed.
     async fn boot_into_agent(&self, record: &SessionRecord) -> Option<Progress<Heartbeat>> {
+        // Virtual media and boot overrides take effect at a cold boot (a reset keeps, on many
+        // BMCs and in libvirt, the old devices), so a running host is powered off first.
+        if let Err(progress) = self.ensure_off("to boot the agent").await {
+            return Some(progress);
+        }
         let url = self.registry.media_url(&record.media_id);
         if let Err(err) = self.bmc.insert_virtual_media(&url).await {
             return Some(bmc_failure("inserting the agent's boot media", &err));
@@ -444,19 +449,30 @@ impl VirtualMediaProvisioner {
                 &err,
             ));
         }
-        let power = match self.bmc.power_state().await {
-            Ok(state) => state,
-            Err(err) => return Some(bmc_failure("reading the power state", &err)),
-        };
-        let result = match power {
-            PowerState::On | PowerState::PoweringOn => self.bmc.reboot().await,
-            _ => self.bmc.set_power(true).await,
-        };
-        if let Err(err) = result {
+        if let Err(err) = self.bmc.set_power(true).await {
             return Some(bmc_failure("booting the agent", &err));
         }
         tracing::info!(host = %self.host, operation = %record.operation, "booted into the agent");
         None
+    }
+
+    /// `Ok` once the host is off; otherwise asks for it and says to come back.
+    async fn ensure_off<T>(&self, why: &str) -> Result<(), Progress<T>> {
+        match self.bmc.power_state().await {
+            Ok(PowerState::Off) => Ok(()),
+            Ok(PowerState::PoweringOff) => Err(Progress::Busy {
+                requeue: POWER_POLL,
+                note: Some(format!("powering off {why}")),
+            }),
+            Ok(_) => match self.bmc.set_power(false).await {
+                Ok(_) => Err(Progress::Busy {
+                    requeue: POWER_POLL,
+                    note: Some(format!("powering off {why}")),
+                }),
+                Err(err) => Err(bmc_failure("powering off", &err)),
+            },
+            Err(err) => Err(bmc_failure("reading the power state", &err)),
+        }
     }
 
     /// Ends the current operation: its session is forgotten, its media ejected.
@@ -480,18 +496,21 @@ impl VirtualMediaProvisioner {
         power_on: bool,
     ) -> Result<Progress, ProvisionerError> {
         // The session is forgotten last: until then a retry finds the agent's result again.
+        // Media and boot device change while the host is off, for the same reason as in
+        // `boot_into_agent`.
+        if let Err(progress) = self.ensure_off("to leave the agent").await {
+            return Ok(progress);
+        }
         if let Err(err) = self.bmc.eject_virtual_media().await {
             return Ok(bmc_failure("ejecting the agent's boot media", &err));
         }
-        if boot_disk && power_on {
-            if let Err(err) = self.bmc.set_one_time_boot(BootDevice::Hdd).await {
+        if power_on {
+            if boot_disk && let Err(err) = self.bmc.set_one_time_boot(BootDevice::Hdd).await {
                 return Ok(bmc_failure("setting a one-time boot from disk", &err));
             }
-            if let Err(err) = self.bmc.reboot().await {
-                return Ok(bmc_failure("rebooting into the provisioned image", &err));
+            if let Err(err) = self.bmc.set_power(true).await {
+                return Ok(bmc_failure("powering on", &err));
             }
-        } else if let Err(err) = self.bmc.set_power(power_on).await {
-            return Ok(bmc_failure("setting the power", &err));
         }
         self.registry.release(&self.host);
         match (kind, self.load_session().await?) {
