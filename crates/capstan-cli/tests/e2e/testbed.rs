@@ -1,0 +1,386 @@
+//! The end-to-end test's machines: libvirt (started here, since no init system runs services),
+//! sushy-tools' Redfish emulator on loopback, QEMU domains under software emulation, and
+//! `capstan serve` itself.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const URI: &str = "qemu:///system";
+const POOL_DIR: &str = "/var/lib/libvirt/images";
+/// The single system of `sushy-emulator --fake`.
+pub const FAKE_SYSTEM: &str = "27946b59-9e44-4fa7-8e91-f3527a1ef094";
+// bcrypt of the e2e password (rounds 4), so no hasher is needed here.
+const PASSWORD_BCRYPT: &str = "$2b$04$bXdGSmOZDWfHWAKu3x9jrONclTZFze2ah3.osGBAhn7zzEPmVDFm.";
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn virsh(args: &[&str]) -> (bool, String) {
+    let out = Command::new("virsh")
+        .arg("-c")
+        .arg(URI)
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// Kills `pid` once `limit` has passed, unless dropped first.
+pub struct Watchdog(Option<std::sync::mpsc::Sender<()>>);
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.0.take();
+    }
+}
+
+pub fn kill_after(pid: u32, limit: Duration) -> Watchdog {
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(limit) {
+            let _ = Command::new("kill")
+                .arg(pid.to_string())
+                .stderr(Stdio::null())
+                .status();
+        }
+    });
+    Watchdog(Some(tx))
+}
+
+/// Polls `check` every 200 ms until it holds or `limit` passes (for daemons without a readiness
+/// signal of their own).
+fn until(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if check() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    check()
+}
+
+/// libvirtd and virtlogd, with the `default` storage pool sushy's virtual media needs.
+pub struct Libvirt;
+
+impl Libvirt {
+    pub fn ensure() -> Self {
+        if !virsh(&["version"]).0 {
+            // QEMU runs as root: libvirt probes QEMU's capabilities as root, and with QEMU as
+            // another user that cannot open /dev/kvm it finds its cache stale on every call and
+            // probes again (seconds per request).
+            let conf = "/etc/libvirt/qemu.conf";
+            let text = std::fs::read_to_string(conf).unwrap_or_default();
+            if !text.lines().any(|l| l.trim() == "user = \"root\"") {
+                std::fs::write(conf, format!("{text}\nuser = \"root\"\ngroup = \"root\"\n"))
+                    .unwrap();
+            }
+            for daemon in ["virtlogd", "libvirtd"] {
+                // Under tini as a subreaper: QEMU processes libvirt daemonizes would otherwise be
+                // orphaned to a PID 1 that does not reap them, and libvirt waits for the zombies.
+                let _ = std::fs::remove_file(format!("/run/{daemon}.pid"));
+                Command::new("setsid")
+                    .args(["tini", "-s", "--", daemon])
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .unwrap_or_else(|e| panic!("{daemon}: {e} (run scripts/install-deps.sh)"));
+            }
+            assert!(
+                until(Duration::from_secs(30), || virsh(&["version"]).0),
+                "libvirtd did not answer"
+            );
+        }
+        let (_, pools) = virsh(&["pool-list", "--all", "--name"]);
+        if !pools.lines().any(|l| l.trim() == "default") {
+            std::fs::create_dir_all(POOL_DIR).unwrap();
+            let (ok, out) = virsh(&["pool-define-as", "default", "dir", "--target", POOL_DIR]);
+            assert!(ok || out.contains("already exists"), "{out}");
+        }
+        let (_, info) = virsh(&["pool-info", "default"]);
+        if !info.contains("running") {
+            let (ok, out) = virsh(&["pool-start", "default"]);
+            assert!(ok || out.contains("already active"), "{out}");
+        }
+        Self
+    }
+}
+
+/// A sushy-emulator on loopback with basic auth: libvirt-backed, or `--fake` when `fake_port`
+/// asks for a fixed port.
+pub struct Sushy {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Sushy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Sushy {
+    pub fn start(_libvirt: &Libvirt, user: &str, password: &str, fake_port: Option<u16>) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(
+            password,
+            super::PASSWORD,
+            "the htpasswd entry is for the e2e password"
+        );
+        let htpasswd = dir.path().join("htpasswd");
+        std::fs::write(&htpasswd, format!("{user}:{PASSWORD_BCRYPT}\n")).unwrap();
+        let config = dir.path().join("sushy.conf");
+        std::fs::write(
+            &config,
+            format!(
+                "SUSHY_EMULATOR_AUTH_FILE = r'{}'\nSUSHY_EMULATOR_STATE_DIR = r'{}'\nSUSHY_EMULATOR_LIBVIRT_URI = '{URI}'\n",
+                htpasswd.display(),
+                dir.path().join("state").display()
+            ),
+        )
+        .unwrap();
+        let port = fake_port.unwrap_or_else(free_port);
+        let mut command = Command::new("sushy-emulator");
+        if fake_port.is_some() {
+            command.arg("--fake");
+        } else {
+            command.args(["--libvirt-uri", URI]);
+        }
+        let log = std::fs::File::create(dir.path().join("sushy.log")).unwrap();
+        let child = command
+            .args([
+                "--interface",
+                "127.0.0.1",
+                "--port",
+                &port.to_string(),
+                "--config",
+            ])
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("sushy-emulator (run scripts/install-deps.sh)");
+        let sushy = Self {
+            child,
+            port,
+            _dir: dir,
+        };
+        let answered = until(Duration::from_secs(30), || {
+            Command::new("curl")
+                .args([
+                    "-sf",
+                    "-u",
+                    &format!("{user}:{password}"),
+                    &format!("http://127.0.0.1:{port}/redfish/v1/Systems"),
+                ])
+                .stdout(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        });
+        assert!(answered, "sushy-emulator did not answer on port {port}");
+        sushy
+    }
+
+    pub fn system_address(&self, uuid: &str) -> String {
+        format!(
+            "redfish-virtualmedia+http://127.0.0.1:{}/redfish/v1/Systems/{uuid}",
+            self.port
+        )
+    }
+}
+
+/// A QEMU domain (TCG) with a virtio disk, a user-mode virtio NIC and a serial log.
+pub struct Vm {
+    pub name: String,
+    pub uuid: String,
+    pub mac: String,
+    pub memory_mib: u32,
+    pub disk_gib: u64,
+    serial: PathBuf,
+    disk: PathBuf,
+}
+
+impl Drop for Vm {
+    fn drop(&mut self) {
+        let _ = virsh(&["destroy", &self.name]);
+        let _ = virsh(&["undefine", &self.name]);
+        let _ = std::fs::remove_file(&self.disk);
+    }
+}
+
+impl Vm {
+    pub fn define(
+        _libvirt: &Libvirt,
+        work: &Path,
+        name: &str,
+        memory_mib: u32,
+        disk_gib: u64,
+        mac: &str,
+    ) -> Self {
+        // A leftover from an interrupted run would hold the name.
+        let _ = virsh(&["destroy", name]);
+        let _ = virsh(&["undefine", name]);
+        let disk = PathBuf::from(POOL_DIR).join(format!("{name}.qcow2"));
+        let _ = std::fs::remove_file(&disk);
+        let status = Command::new("qemu-img")
+            .args(["create", "-q", "-f", "qcow2"])
+            .arg(&disk)
+            .arg(format!("{disk_gib}G"))
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let logs = work.join("serial");
+        std::fs::create_dir_all(&logs).unwrap();
+        let serial = logs.join(format!("{name}.log"));
+        let xml = format!(
+            r#"<domain type='qemu'>
+  <name>{name}</name>
+  <memory unit='MiB'>{memory_mib}</memory>
+  <vcpu>1</vcpu>
+  <os><type arch='x86_64' machine='pc'>hvm</type><boot dev='hd'/></os>
+  <features><acpi/></features>
+  <on_reboot>restart</on_reboot>
+  <devices>
+    <disk type='file' device='disk'>
+      <driver name='qemu' type='qcow2'/>
+      <source file='{disk}'/>
+      <target dev='vda' bus='virtio'/>
+    </disk>
+    <interface type='user'>
+      <mac address='{mac}'/>
+      <model type='virtio'/>
+    </interface>
+    <serial type='file'>
+      <source path='{serial}' append='on'/>
+      <target port='0'/>
+    </serial>
+  </devices>
+</domain>
+"#,
+            disk = disk.display(),
+            serial = serial.display()
+        );
+        let file = work.join(format!("{name}.xml"));
+        std::fs::write(&file, xml).unwrap();
+        let (ok, out) = virsh(&["define", file.to_str().unwrap()]);
+        assert!(ok, "{out}");
+        let (ok, uuid) = virsh(&["domuuid", name]);
+        assert!(ok, "{uuid}");
+        Self {
+            name: name.to_owned(),
+            uuid: uuid.trim().to_owned(),
+            mac: mac.to_owned(),
+            memory_mib,
+            disk_gib,
+            serial,
+            disk,
+        }
+    }
+
+    pub fn serial(&self) -> String {
+        std::fs::read(&self.serial)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default()
+    }
+
+    /// Waits until the serial log contains `pattern` (the console is the VM's only voice).
+    pub fn wait_for_serial(&self, pattern: &str, limit: Duration) {
+        let found = until(limit, || self.serial().contains(pattern));
+        let log = self.serial();
+        let tail: String = log
+            .lines()
+            .rev()
+            .take(40)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert!(
+            found,
+            "{}: no {pattern:?} on the console within {limit:?}; last lines:\n{tail}",
+            self.name
+        );
+    }
+
+    pub fn state(&self) -> String {
+        virsh(&["domstate", &self.name]).1.trim().to_owned()
+    }
+}
+
+/// A `capstan serve` process, logging at debug level to a file.
+pub struct Serve {
+    child: Child,
+    pub kubeconfig: PathBuf,
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Serve {
+    pub fn start(capstan: &Path, data: &Path, extra: &[String], log: &Path) -> Self {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .unwrap();
+        let mut child = Command::new(capstan)
+            .arg("serve")
+            .arg("--data-dir")
+            .arg(data)
+            .args(["--listen", &format!("127.0.0.1:{}", free_port())])
+            .args(extra)
+            .env("CAPSTAN_LOG", "debug,kube=info,hyper=info,tower=info")
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(line.contains("ready at"), "capstan serve: {line:?}");
+        Self {
+            child,
+            kubeconfig: data.join("kubeconfig"),
+        }
+    }
+
+    /// SIGKILL: no chance to clean up, as in a crash.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM and wait.
+    pub fn stop(&mut self) {
+        let _ = Command::new("kill")
+            .arg(self.child.id().to_string())
+            .status();
+        let watchdog = kill_after(self.child.id(), Duration::from_secs(30));
+        let _ = self.child.wait();
+        drop(watchdog);
+    }
+}
