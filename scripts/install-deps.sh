@@ -3,13 +3,23 @@
 #   cloud-init  - `cloud-init devel net-convert` judges the network_data.json capstan renders
 #   frr         - `vtysh --dryrun` judges the router configuration capstan renders
 #   curl        - raw HTTPS requests in the API server tests (401, client certificates, TLS only)
-#   sushy-tools - `sushy-emulator --fake`, the Redfish BMC the capstan-drivers tests drive (from PyPI,
-#                 into the python3 on PATH; with pyenv its shims put sushy-emulator on PATH)
+#   sushy-tools - `sushy-emulator`, the Redfish BMC the tests drive: `--fake`, and backed by libvirt
+#                 in the end-to-end test (from PyPI, with libvirt-python, into the python3 on PATH;
+#                 with pyenv its shims put sushy-emulator on PATH)
+#   libvirt, QEMU (qemu-system-x86, qemu-utils), tini - the end-to-end test's virtual machines
+#                 (software emulation); tini reaps the QEMU processes libvirt daemonizes
+#   isolinux, syslinux, mtools, dosfstools, xorriso, cpio, kmod - boot media, the test OS image,
+#                 and the checks of what capstan-iso writes; `capstan ramdisk build` downloads the
+#                 Debian kernel and busybox-static packages itself (apt-get download)
+#   libvirt-dev, pkg-config - to build libvirt-python
 # kubectl is part of the machine image (1.32, with 1.27-1.33 in /usr/lib/google-cloud-sdk/bin).
 # Idempotent: packages already present are not reinstalled.
 set -euo pipefail
 
-packages=(cloud-init frr curl)
+packages=(cloud-init frr curl
+  libvirt-daemon-system libvirt-clients libvirt-daemon-driver-qemu qemu-system-x86 qemu-utils
+  tini dnsmasq-base isolinux syslinux syslinux-common mtools dosfstools xorriso cpio kmod
+  libvirt-dev pkg-config)
 
 missing=()
 for p in "${packages[@]}"; do
@@ -24,15 +34,20 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# `apt-get download` (the ramdisk build) needs package lists even when nothing was missing.
+if ! ls /var/lib/apt/lists/*_Packages >/dev/null 2>&1; then
+  [ "$(id -u)" -eq 0 ] && apt-get update -qq || sudo apt-get update -qq
+fi
+
 # --help rather than command -v: a stale pyenv shim outlives an uninstalled package.
-if ! sushy-emulator --help >/dev/null 2>&1; then
-  echo "installing: sushy-tools"
-  python3 -m pip install --quiet --disable-pip-version-check sushy-tools
+if ! sushy-emulator --help >/dev/null 2>&1 || ! python3 -c 'import libvirt' 2>/dev/null; then
+  echo "installing: sushy-tools libvirt-python"
+  python3 -m pip install --quiet --disable-pip-version-check sushy-tools libvirt-python
   # pyenv only creates shims for new console scripts on a rehash.
   if command -v pyenv >/dev/null; then pyenv rehash; fi
   hash -r
 fi
 
-for tool in cloud-init vtysh curl kubectl sushy-emulator; do
+for tool in cloud-init vtysh curl kubectl sushy-emulator virsh libvirtd virtlogd qemu-system-x86_64 qemu-img tini xorriso syslinux mcopy mkfs.vfat sfdisk; do
   command -v "$tool" >/dev/null || { echo "install-deps: $tool is still missing" >&2; exit 1; }
 done
