@@ -93,13 +93,15 @@ impl Libvirt {
                 // Under tini as a subreaper: QEMU processes libvirt daemonizes would otherwise be
                 // orphaned to a PID 1 that does not reap them, and libvirt waits for the zombies.
                 let _ = std::fs::remove_file(format!("/run/{daemon}.pid"));
-                Command::new("setsid")
-                    .args(["tini", "-s", "--", daemon])
+                // `setsid -f` forks the daemon into its own session and returns at once.
+                let started = Command::new("setsid")
+                    .args(["-f", "tini", "-s", "--", daemon])
                     .stdin(Stdio::null())
                     .stdout(Stdio::null())
                     .stderr(Stdio::null())
-                    .spawn()
+                    .status()
                     .unwrap_or_else(|e| panic!("{daemon}: {e} (run scripts/install-deps.sh)"));
+                assert!(started.success(), "starting {daemon}");
             }
             assert!(
                 until(Duration::from_secs(30), || virsh(&["version"]).0),
