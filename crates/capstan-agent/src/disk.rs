@@ -476,7 +476,10 @@ mod tests {
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout).to_string()
             + &String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success() && text.contains("No errors detected"), "{text}");
+        assert!(
+            out.status.success() && text.contains("No errors detected"),
+            "{text}"
+        );
     }
 
     fn image_with(
