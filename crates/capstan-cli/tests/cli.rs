@@ -188,3 +188,17 @@ fn every_rule_has_an_explanation() {
         Some(2)
     );
 }
+
+#[test]
+fn bench_image_write_reports_both_writers() {
+    let out = Command::new(env!("CARGO_BIN_EXE_capstan"))
+        .args(["bench", "image-write", "--size-mib", "8", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let figures: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(figures["image_mib"], 8);
+    for key in ["agent_mib_per_second", "dd_mib_per_second"] {
+        assert!(figures[key].as_f64().unwrap() > 0.0, "{key}: {figures}");
+    }
+}

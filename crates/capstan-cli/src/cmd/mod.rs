@@ -4,6 +4,7 @@ mod apply;
 mod backup;
 mod bench;
 mod bench_hosts;
+mod bench_image;
 mod controllers;
 mod crds;
 mod delete;
@@ -60,6 +61,8 @@ pub enum BenchCommand {
     Store(bench::Args),
     /// BareMetalHosts with fake BMCs from registration to available to provisioned: time, CPU, memory.
     Hosts(bench_hosts::Args),
+    /// The agent's raw image write against dd to the same kind of target.
+    ImageWrite(bench_image::Args),
 }
 
 /// Runs one subcommand; errors that escape are reported as "could not read" (exit 2).
@@ -76,6 +79,7 @@ pub fn run(command: Command, style: &Style) -> anyhow::Result<Exit> {
         Command::Delete(args) => delete::run(args, style),
         Command::Bench(BenchCommand::Store(args)) => bench::run(args),
         Command::Bench(BenchCommand::Hosts(args)) => bench_hosts::run(args),
+        Command::Bench(BenchCommand::ImageWrite(args)) => bench_image::run(args),
         Command::Controllers(args) => controllers::run(args, style),
         Command::Crds(args) => crds::run(args),
         Command::Ramdisk(command) => ramdisk::run(command, style),
