@@ -195,7 +195,11 @@ fn bench_image_write_reports_both_writers() {
         .args(["bench", "image-write", "--size-mib", "8", "--json"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let figures: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(figures["image_mib"], 8);
     for key in ["agent_mib_per_second", "dd_mib_per_second"] {
