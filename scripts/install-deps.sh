@@ -21,17 +21,31 @@ packages=(cloud-init frr curl
   tini dnsmasq-base isolinux syslinux syslinux-common mtools dosfstools xorriso cpio kmod
   libvirt-dev pkg-config)
 
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
+as_root=()
+[ "$(id -u)" -eq 0 ] || as_root=(sudo)
 
-if [ ${#missing[@]} -gt 0 ]; then
-  as_root=()
-  [ "$(id -u)" -eq 0 ] || as_root=(sudo)
-  echo "installing: ${missing[*]}"
+find_missing() {
+  missing=()
+  local p
+  for p in "${packages[@]}"; do
+    if [ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)" != "install ok installed" ]; then
+      missing+=("$p")
+    fi
+  done
+}
+
+# Two passes: the second catches a package the first install did not leave installed.
+for pass in 1 2; do
+  find_missing
+  [ ${#missing[@]} -gt 0 ] || break
+  echo "installing (pass $pass): ${missing[*]}"
   "${as_root[@]}" apt-get update -qq
   DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+done
+find_missing
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: apt-get did not install: ${missing[*]}" >&2
+  exit 1
 fi
 
 # `apt-get download` (the ramdisk build) needs package lists even when nothing was missing.
