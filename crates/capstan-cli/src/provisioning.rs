@@ -28,6 +28,10 @@ pub struct ProvisioningArgs {
     /// A directory served under /images/ (default: DATA_DIR/images when it exists).
     #[arg(long, value_name = "DIR")]
     pub images_dir: Option<PathBuf>,
+    /// A PEM bundle of CAs that HTTPS BMC certificates may chain to, besides the system's (a
+    /// host's spec.bmc.disableCertificateVerification skips the check for that host).
+    #[arg(long, value_name = "FILE")]
+    pub bmc_ca_file: Option<PathBuf>,
     /// How long a booted host's agent has to call back, in seconds.
     #[arg(long, default_value_t = 1200)]
     pub boot_timeout: u64,
@@ -69,6 +73,10 @@ pub async fn start(
     if args.no_hosts {
         return Ok(None);
     }
+    let bmc_trust = match &args.bmc_ca_file {
+        Some(path) => capstan_drivers::TrustAnchors::with_bundle(path).context("--bmc-ca-file")?,
+        None => capstan_drivers::TrustAnchors::system(),
+    };
     let listener = tokio::net::TcpListener::bind(args.provisioning_listen)
         .await
         .with_context(|| {
@@ -108,6 +116,7 @@ pub async fn start(
     });
     let mut settings = HostSettings::new(registry);
     settings.concurrency = args.host_concurrency;
+    settings.bmc_trust = bmc_trust;
     settings.boot_timeout = Duration::from_secs(args.boot_timeout);
     settings.simulated_step_time = Duration::from_millis(args.fake_step_ms);
     Ok(Some(Provisioning { settings, url }))

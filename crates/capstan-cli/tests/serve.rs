@@ -633,3 +633,52 @@ fn secret_values_never_reach_the_server_log() {
         assert!(!text.contains(secret), "a secret reached the log");
     }
 }
+
+#[test]
+fn an_unusable_bmc_ca_file_stops_serve_before_it_listens() {
+    let dir = tempfile::tempdir().unwrap();
+    let not_pem = dir.path().join("bmc-ca.pem");
+    std::fs::write(&not_pem, "not a certificate\n").unwrap();
+    for (file, want) in [
+        (dir.path().join("missing.pem"), "cannot read the CA bundle"),
+        (not_pem, "holds no usable CA certificate"),
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_capstan"))
+            .args([
+                "serve",
+                "--data-dir",
+                dir.path().join("data").to_str().unwrap(),
+                "--listen",
+                &format!("127.0.0.1:{}", free_port()),
+                "--provisioning-listen",
+                "127.0.0.1:0",
+                "--bmc-ca-file",
+                file.to_str().unwrap(),
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let status = exit_within(&mut child, GRACEFUL_EXIT);
+        let mut stdout = String::new();
+        let mut stderr = String::new();
+        use std::io::Read;
+        child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut stdout)
+            .unwrap();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr)
+            .unwrap();
+        assert_eq!(status.code(), Some(2), "{stderr}");
+        assert!(!stdout.contains("ready at"), "{stdout}");
+        assert!(stderr.contains("--bmc-ca-file"), "{stderr}");
+        assert!(stderr.contains(file.to_str().unwrap()), "{stderr}");
+        assert!(stderr.contains(want), "{stderr}");
+    }
+}

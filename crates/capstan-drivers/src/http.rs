@@ -26,6 +26,8 @@ pub(crate) struct HttpClient {
     port: u16,
     endpoint: String,
     tls: Option<(tokio_rustls::TlsConnector, ServerName<'static>)>,
+    /// The operator's CA bundle, when one was given (named in certificate errors).
+    trust: Option<std::path::PathBuf>,
     username: String,
     authorization: String,
     timeout: Duration,
@@ -53,7 +55,7 @@ impl HttpClient {
         let tls = match address.transport {
             Transport::Http => None,
             Transport::Https => {
-                let config = tls_config(options.disable_certificate_verification, &endpoint)?;
+                let config = tls_config(&options, &endpoint)?;
                 let name = ServerName::try_from(address.host.clone()).map_err(|_| {
                     BmcError::InvalidAddress {
                         address: endpoint.clone(),
@@ -73,6 +75,7 @@ impl HttpClient {
             port: address.port,
             endpoint,
             tls,
+            trust: options.trust.extra_bundle().map(ToOwned::to_owned),
             username: credentials.username.clone(),
             authorization: format!("Basic {token}"),
             timeout: options.timeout,
@@ -178,7 +181,7 @@ impl HttpClient {
                 let stream = connector
                     .connect(name.clone(), tcp)
                     .await
-                    .map_err(|e| self.unreachable(format!("TLS handshake: {e}")))?;
+                    .map_err(|e| self.unreachable(self.handshake_failure(&e)))?;
                 self.round_trip(stream, request).await
             }
         }
@@ -216,6 +219,31 @@ impl HttpClient {
         result
     }
 
+    /// Why the TLS handshake failed; a certificate that was not accepted gets the two ways out.
+    fn handshake_failure(&self, error: &std::io::Error) -> String {
+        let rejected = error
+            .get_ref()
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+            .is_some_and(|e| {
+                matches!(
+                    e,
+                    rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented
+                )
+            });
+        if !rejected {
+            return format!("TLS handshake: {error}");
+        }
+        let tried = match self.trust.as_deref() {
+            Some(bundle) => format!("the system CAs and {}", bundle.display()),
+            None => "the system CAs".to_owned(),
+        };
+        format!(
+            "TLS handshake: the BMC's certificate was not accepted ({error}); checked against \
+             {tried}. Add the CA that signed it with --bmc-ca-file, or set \
+             spec.bmc.disableCertificateVerification: true on this host"
+        )
+    }
+
     fn unreachable(&self, reason: String) -> BmcError {
         BmcError::Unreachable {
             endpoint: self.endpoint.clone(),
@@ -235,24 +263,20 @@ fn redfish_message(body: &[u8]) -> Option<String> {
     Some(message.chars().take(300).collect())
 }
 
-fn tls_config(disable_verification: bool, endpoint: &str) -> Result<ClientConfig, BmcError> {
+fn tls_config(options: &ConnectOptions, endpoint: &str) -> Result<ClientConfig, BmcError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| BmcError::Unsupported(format!("TLS for {endpoint}: {e}")))?;
-    let config = if disable_verification {
+    let config = if options.disable_certificate_verification {
         builder
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(AcceptAnyCertificate(provider)))
             .with_no_client_auth()
     } else {
-        let mut roots = rustls::RootCertStore::empty();
-        let native = rustls_native_certs::load_native_certs();
-        for error in &native.errors {
-            tracing::warn!(%error, "could not load a system CA certificate");
-        }
-        roots.add_parsable_certificates(native.certs);
-        builder.with_root_certificates(roots).with_no_client_auth()
+        builder
+            .with_root_certificates(options.trust.roots())
+            .with_no_client_auth()
     };
     Ok(config)
 }

@@ -17,11 +17,13 @@ pub mod error;
 pub mod fake;
 mod http;
 pub mod redfish;
+pub mod tls;
 
 pub use address::{BmcAddress, Driver, Transport};
 pub use error::BmcError;
 pub use fake::{FakeBmc, FakeCounters};
 pub use redfish::RedfishBmc;
+pub use tls::{TrustAnchors, TrustAnchorsError};
 
 use std::fmt;
 use std::future::Future;
@@ -158,10 +160,12 @@ impl fmt::Debug for Credentials {
 }
 
 /// How to talk to a BMC.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct ConnectOptions {
     /// Accept any server certificate (the BMH's `disableCertificateVerification`).
     pub disable_certificate_verification: bool,
+    /// The CAs an HTTPS BMC's certificate must chain to, unless verification is disabled.
+    pub trust: TrustAnchors,
     /// The bound on each request, connection and TLS handshake included.
     pub timeout: Duration,
 }
@@ -170,6 +174,7 @@ impl Default for ConnectOptions {
     fn default() -> Self {
         Self {
             disable_certificate_verification: false,
+            trust: TrustAnchors::system(),
             timeout: Duration::from_secs(30),
         }
     }

@@ -3,10 +3,12 @@
 //! free loopback port, with basic auth. Every verb (power idempotency, reboot, one-time boot,
 //! virtual media insert/replace/eject, inventory, system discovery) and every error kind a
 //! network peer can cause (Unauthorized without the password, NotFound, Unreachable, timeout).
+//! Over HTTPS: a certificate from an unknown CA is refused with a message naming both ways out;
+//! trusting that CA (`--bmc-ca-file`) or the host's `disableCertificateVerification` lets it through.
 
 use capstan_drivers::{
     Bmc, BmcAddress, BmcError, BootDevice, ConnectOptions, Credentials, Outcome, PowerState,
-    RedfishBmc, connect,
+    RedfishBmc, TrustAnchors, connect,
 };
 use std::io::ErrorKind;
 use std::path::Path;
@@ -31,8 +33,42 @@ const POWER_DEADLINE: Duration = Duration::from_secs(30);
 struct Emulator {
     child: Child,
     port: u16,
+    /// `http`, or `https` when it serves TLS.
+    transport: &'static str,
     log: std::path::PathBuf,
     _dir: tempfile::TempDir,
+}
+
+/// A certificate for sushy-emulator's HTTPS: a leaf for 127.0.0.1 signed by a throwaway CA.
+struct ServerCertificate {
+    ca_pem: String,
+    cert_pem: String,
+    key_pem: String,
+}
+
+impl ServerCertificate {
+    fn for_loopback() -> Self {
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "test BMC CA");
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca_params.key_usages = vec![
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::DigitalSignature,
+        ];
+        let ca = ca_params.self_signed(&ca_key).unwrap();
+        let issuer = rcgen::Issuer::from_ca_cert_pem(&ca.pem(), ca_key).unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()]).unwrap();
+        let cert = params.signed_by(&key, &issuer).unwrap();
+        Self {
+            ca_pem: ca.pem(),
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        }
+    }
 }
 
 impl Drop for Emulator {
@@ -44,6 +80,10 @@ impl Drop for Emulator {
 
 impl Emulator {
     async fn start() -> Self {
+        Self::start_with(None).await
+    }
+
+    async fn start_with(tls: Option<&ServerCertificate>) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let htpasswd = dir.path().join("htpasswd");
         std::fs::write(&htpasswd, format!("{USER}:{PASSWORD_BCRYPT}\n")).unwrap();
@@ -60,7 +100,8 @@ impl Emulator {
         .unwrap();
         let log = dir.path().join("sushy.log");
         let port = free_port();
-        let child = match Command::new("sushy-emulator")
+        let mut command = Command::new("sushy-emulator");
+        command
             .args([
                 "--fake",
                 "--interface",
@@ -69,7 +110,18 @@ impl Emulator {
                 &port.to_string(),
             ])
             .arg("--config")
-            .arg(&config)
+            .arg(&config);
+        if let Some(tls) = tls {
+            let (cert, key) = (dir.path().join("bmc.crt"), dir.path().join("bmc.key"));
+            std::fs::write(&cert, &tls.cert_pem).unwrap();
+            std::fs::write(&key, &tls.key_pem).unwrap();
+            command
+                .arg("--ssl-certificate")
+                .arg(&cert)
+                .arg("--ssl-key")
+                .arg(&key);
+        }
+        let child = match command
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
@@ -86,6 +138,7 @@ impl Emulator {
         let emulator = Self {
             child,
             port,
+            transport: if tls.is_some() { "https" } else { "http" },
             log,
             _dir: dir,
         };
@@ -94,21 +147,32 @@ impl Emulator {
     }
 
     fn address(&self, path: &str) -> String {
-        format!("redfish+http://127.0.0.1:{}{path}", self.port)
+        format!("redfish+{}://127.0.0.1:{}{path}", self.transport, self.port)
     }
 
     fn bmc(&self, path: &str) -> RedfishBmc {
+        self.bmc_with(path, options())
+    }
+
+    fn bmc_with(&self, path: &str, options: ConnectOptions) -> RedfishBmc {
         RedfishBmc::new(
             BmcAddress::parse(&self.address(path)).unwrap(),
             Credentials::new(USER, PASSWORD),
-            options(),
+            options,
         )
         .unwrap()
     }
 
-    /// Bounded retry until the emulator answers an authenticated request.
+    /// Bounded retry until the emulator answers an authenticated request (over TLS without
+    /// verification: the tests judge the certificate checks themselves).
     async fn wait_until_serving(&self) {
-        let bmc = self.bmc("");
+        let bmc = self.bmc_with(
+            "",
+            ConnectOptions {
+                disable_certificate_verification: true,
+                ..options()
+            },
+        );
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             match bmc.power_state().await {
@@ -140,6 +204,7 @@ fn free_port() -> u16 {
 fn options() -> ConnectOptions {
     ConnectOptions {
         disable_certificate_verification: false,
+        trust: TrustAnchors::system(),
         timeout: Duration::from_secs(10),
     }
 }
@@ -320,8 +385,8 @@ async fn errors_against_sushy_emulator() {
         &format!("redfish+http://127.0.0.1:{silent_port}/redfish/v1/Systems/1"),
         Credentials::new(USER, PASSWORD),
         ConnectOptions {
-            disable_certificate_verification: false,
             timeout: Duration::from_millis(300),
+            ..options()
         },
     )
     .unwrap();
@@ -338,4 +403,79 @@ async fn errors_against_sushy_emulator() {
         let err = connect(address, Credentials::new(USER, PASSWORD), options()).unwrap_err();
         assert!(matches!(err, BmcError::Unsupported(_)), "{err}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_bmc_certificates_are_verified() {
+    let certificate = ServerCertificate::for_loopback();
+    let emulator = Emulator::start_with(Some(&certificate)).await;
+    assert!(emulator.address("").starts_with("redfish+https://"));
+
+    // The system CAs do not know the BMC's CA: refused, and the message says what to do.
+    let err = emulator.bmc("").power_state().await.unwrap_err();
+    let BmcError::Unreachable { reason, .. } = &err else {
+        panic!("want Unreachable, got {err:?}");
+    };
+    assert!(reason.contains("certificate was not accepted"), "{reason}");
+    assert!(reason.contains("UnknownIssuer"), "{reason}");
+    assert!(reason.contains("--bmc-ca-file"), "{reason}");
+    assert!(
+        reason.contains("disableCertificateVerification"),
+        "{reason}"
+    );
+    assert!(!err.to_string().contains(PASSWORD), "{err}");
+
+    // The CA as an extra bundle: verified, and every read works over TLS.
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("bmc-ca.pem");
+    std::fs::write(&bundle, &certificate.ca_pem).unwrap();
+    let trusted = ConnectOptions {
+        trust: TrustAnchors::with_bundle(&bundle).unwrap(),
+        ..options()
+    };
+    let bmc = emulator.bmc_with("", trusted.clone());
+    bmc.power_state().await.unwrap();
+    let inventory = bmc.inventory().await.unwrap();
+    assert!(
+        inventory
+            .nics
+            .iter()
+            .any(|nic| nic.mac_address.as_deref() == Some(FAKE_MAC)),
+        "{inventory:?}"
+    );
+
+    // The same CA does not make another name valid: the certificate is for 127.0.0.1 only.
+    let by_name = RedfishBmc::new(
+        BmcAddress::parse(&format!("redfish+https://localhost:{}", emulator.port)).unwrap(),
+        Credentials::new(USER, PASSWORD),
+        trusted,
+    )
+    .unwrap();
+    let err = by_name.power_state().await.unwrap_err();
+    assert!(
+        err.to_string().contains("certificate was not accepted"),
+        "{err}"
+    );
+
+    // disableCertificateVerification: accepted without the CA.
+    let unverified = emulator.bmc_with(
+        "",
+        ConnectOptions {
+            disable_certificate_verification: true,
+            ..options()
+        },
+    );
+    unverified.power_state().await.unwrap();
+
+    // The scheme-chosen driver the controller uses takes the same options.
+    let chosen = connect(
+        &emulator.address(FAKE_SYSTEM),
+        Credentials::new(USER, PASSWORD),
+        ConnectOptions {
+            trust: TrustAnchors::with_bundle(&bundle).unwrap(),
+            ..options()
+        },
+    )
+    .unwrap();
+    chosen.power_state().await.unwrap();
 }

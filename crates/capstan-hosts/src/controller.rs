@@ -11,7 +11,7 @@ use crate::config_drive::{ConfigDrive, ConfigDriveError, parse_mapping};
 use crate::machine::{self, ANNOTATION_PAUSED, Effects, FINALIZER, Pass, Step};
 use crate::provisioner::{AgentLauncher, Provisioner, VirtualMediaProvisioner};
 use crate::state::{OperationalStatus, ProvisioningState};
-use capstan_drivers::{ConnectOptions, Credentials, Driver};
+use capstan_drivers::{ConnectOptions, Credentials, Driver, TrustAnchors};
 use capstan_model::meta::Condition;
 use capstan_model::metal3::{
     BareMetalHost, BareMetalHostStatus, HardwareData, HardwareDataSpec, OperationMetric,
@@ -77,6 +77,8 @@ pub struct HostSettings {
     pub concurrency: u16,
     /// The bound on each BMC request.
     pub bmc_timeout: Duration,
+    /// The CAs HTTPS BMC certificates are checked against.
+    pub bmc_trust: TrustAnchors,
     /// How long a booted host's agent gets to call back.
     pub boot_timeout: Duration,
     /// How long a simulated agent (fake BMCs) takes per step.
@@ -92,6 +94,7 @@ impl HostSettings {
             registry,
             concurrency: 16,
             bmc_timeout: Duration::from_secs(30),
+            bmc_trust: TrustAnchors::system(),
             boot_timeout: crate::provisioner::DEFAULT_BOOT_TIMEOUT,
             simulated_step_time: Duration::from_millis(200),
             simulate_fake_agents: true,
@@ -189,6 +192,7 @@ impl HostController {
         };
         let options = ConnectOptions {
             disable_certificate_verification: bmc.disable_certificate_verification == Some(true),
+            trust: self.settings.bmc_trust.clone(),
             timeout: self.settings.bmc_timeout,
         };
         let driver = match capstan_drivers::connect(&bmc.address, credentials, options) {
