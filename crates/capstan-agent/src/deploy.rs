@@ -94,14 +94,6 @@ impl Hasher {
     }
 }
 
-fn type_name(kind: ChecksumType) -> &'static str {
-    match kind {
-        ChecksumType::Md5 => "md5",
-        ChecksumType::Sha256 => "sha256",
-        ChecksumType::Sha512 => "sha512",
-    }
-}
-
 /// What to deploy, where.
 pub struct DeployJob<'a> {
     pub url: &'a str,
@@ -339,7 +331,7 @@ pub fn write_image(job: &DeployJob<'_>, report: &dyn Fn(Progress)) -> Result<u64
             .and_then(|_| file.sync_all());
         return Err(DeployError::Checksum {
             url: job.url.to_owned(),
-            checksum_type: type_name(job.checksum_type),
+            checksum_type: job.checksum_type.name(),
             expected: job.checksum.to_ascii_lowercase(),
             actual: digest,
         });

@@ -6,11 +6,13 @@
 //! - [`disk`]: root device hints, partition tables, the config-drive partition, cleaning.
 //! - [`qcow2`]: qcow2 to raw.
 //! - [`deploy`]: image download, digest, write.
+//! - [`checksum`]: the digest from a checksum file, when the image's checksum is a URL.
 //!
 //! [`Agent::run`] is the whole life of the agent: heartbeat, start the commanded step in a worker
 //! thread if its operation is new, report how it goes, repeat. The protocol is in
 //! [`capstan_model::agent`].
 
+pub mod checksum;
 pub mod deploy;
 pub mod disk;
 pub mod http;
@@ -18,8 +20,8 @@ pub mod inspect;
 pub mod qcow2;
 
 use capstan_model::agent::{
-    CONFIG_DRIVE_PATH, Command, HEARTBEAT_PATH, Heartbeat, HeartbeatResponse, Progress, StepKind,
-    StepPhase, StepReport,
+    CONFIG_DRIVE_PATH, Command, HEARTBEAT_PATH, Heartbeat, HeartbeatResponse, ImageChecksum,
+    Progress, StepKind, StepPhase, StepReport,
 };
 use capstan_model::metal3::{HardwareDetails, RootDeviceHints};
 use inspect::SystemRoot;
@@ -263,10 +265,27 @@ fn run_deploy(
     report: &dyn Fn(Progress),
 ) -> Result<(), String> {
     let (path, device_bytes) = root_device(config, deploy.root_device_hints.as_ref())?;
+    let (checksum, checksum_type) = match &deploy.checksum {
+        ImageChecksum::Digest { value, algorithm } => (value.clone(), *algorithm),
+        ImageChecksum::Url { url, algorithm } => {
+            report(Progress {
+                stage: "fetching the checksum file".into(),
+                bytes_done: 0,
+                bytes_total: None,
+            });
+            let (digest, algorithm) = checksum::resolve(url, *algorithm, &deploy.image_url)
+                .map_err(|e| error_chain(&e))?;
+            println!(
+                "capstan-agent: {} digest {digest} from {url}",
+                algorithm.name()
+            );
+            (digest, algorithm)
+        }
+    };
     let job = deploy::DeployJob {
         url: &deploy.image_url,
-        checksum: &deploy.checksum,
-        checksum_type: deploy.checksum_type,
+        checksum: &checksum,
+        checksum_type,
         format: deploy.format,
         device_path: &path,
         device_bytes,

@@ -10,7 +10,7 @@
 
 use crate::provisioner::{DeployRequest, Progress, Provisioner, ProvisionerError};
 use crate::state::{ErrorType, ProvisioningState};
-use capstan_model::agent::{ChecksumType, ImageFormat};
+use capstan_model::agent::{ChecksumType, ImageChecksum, ImageFormat};
 use capstan_model::metal3::{BareMetalHost, BareMetalHostStatus, HardwareDetails, Image};
 use std::sync::Arc;
 use std::time::Duration;
@@ -405,22 +405,34 @@ fn deploy_request(pass: &Pass<'_>, image: &Image) -> Result<DeployRequest, Strin
         .map(str::trim)
         .filter(|c| !c.is_empty())
         .ok_or("spec.image.checksum is empty: give the image's digest (and checksumType)")?;
-    if checksum.starts_with("http://") || checksum.starts_with("https://") {
-        return Err(format!(
-            "spec.image.checksum is a URL ({checksum}): put the digest itself in spec.image.checksum"
-        ));
-    }
-    let checksum_type = ChecksumType::parse(
-        image.checksum_type.as_deref().unwrap_or("auto"),
-        checksum,
-    )
-    .ok_or_else(|| {
-        format!(
-            "spec.image.checksumType {:?} with a {}-character checksum is not md5, sha256 or sha512",
-            image.checksum_type.as_deref().unwrap_or("auto"),
-            checksum.len()
-        )
-    })?;
+    let checksum_type = image.checksum_type.as_deref().unwrap_or("auto");
+    let checksum = if checksum.starts_with("http://") || checksum.starts_with("https://") {
+        // The agent fetches the checksum file; the algorithm, if not named, goes by the digest.
+        let algorithm = match checksum_type {
+            "" | "auto" => None,
+            named => Some(ChecksumType::parse(named, "").ok_or_else(|| {
+                format!("spec.image.checksumType {named:?} is not md5, sha256, sha512 or auto")
+            })?),
+        };
+        ImageChecksum::Url {
+            url: checksum.to_owned(),
+            algorithm,
+        }
+    } else {
+        let algorithm = ChecksumType::parse(checksum_type, checksum)
+            .filter(|kind| kind.hex_len() == checksum.len())
+            .ok_or_else(|| {
+                format!(
+                    "spec.image.checksumType {checksum_type:?} with a {}-character checksum is not \
+                     md5 (32), sha256 (64) or sha512 (128)",
+                    checksum.len()
+                )
+            })?;
+        ImageChecksum::Digest {
+            value: checksum.to_ascii_lowercase(),
+            algorithm,
+        }
+    };
     let format = match image.format.as_deref() {
         Some("raw") => ImageFormat::Raw,
         Some("qcow2") => ImageFormat::Qcow2,
@@ -440,8 +452,7 @@ fn deploy_request(pass: &Pass<'_>, image: &Image) -> Result<DeployRequest, Strin
     let config_drive = pass.config_drive.clone()?;
     Ok(DeployRequest {
         image_url: image.url.clone(),
-        checksum: checksum.to_ascii_lowercase(),
-        checksum_type,
+        checksum,
         format,
         root_device_hints: pass.host.spec.root_device_hints.clone(),
         config_drive,

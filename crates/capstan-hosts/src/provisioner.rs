@@ -88,8 +88,7 @@ pub enum ProvisionerError {
 #[derive(Clone, Debug)]
 pub struct DeployRequest {
     pub image_url: String,
-    pub checksum: String,
-    pub checksum_type: capstan_model::agent::ChecksumType,
+    pub checksum: capstan_model::agent::ImageChecksum,
     pub format: capstan_model::agent::ImageFormat,
     pub root_device_hints: Option<RootDeviceHints>,
     /// The host's config drive (ISO 9660, `config-2`).
@@ -654,7 +653,6 @@ impl Provisioner for VirtualMediaProvisioner {
                     operation,
                     image_url: request.image_url.clone(),
                     checksum: request.checksum.clone(),
-                    checksum_type: request.checksum_type,
                     format: request.format,
                     root_device_hints: request.root_device_hints.clone(),
                     config_drive: request.config_drive.is_some(),

@@ -4,8 +4,9 @@
 //! carries, against a fake `/sys` and a file as its disk.
 //!
 //! Covers inspection into `status.hardware`, a raw and a qcow2 deployment with the config drive
-//! (read back with xorriso from the partition the agent added), a wrong checksum (provisioning
-//! error, host not provisioned, the disk's first MiB zeroed), and cleaning on deprovision.
+//! (read back with xorriso from the partition the agent added; the qcow2 one checked against a
+//! `SHA256SUMS` file named by URL), a wrong checksum (provisioning error, host not provisioned, the
+//! disk's first MiB zeroed), and cleaning on deprovision.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -326,7 +327,13 @@ async fn the_real_agent_inspects_deploys_with_a_config_drive_and_cleans() {
     check_config_drive(&disk, env.dir.path());
 
     // A qcow2 image replaces it: deprovision (clean), provision again.
-    let q = json!({"spec": {"image": {"url": format!("{}/images/disk.qcow2", env.url), "checksum": qcow_digest, "format": "qcow2"}}});
+    // Its checksum is a URL: a SHA256SUMS file beside the images, as distributions publish them.
+    std::fs::write(
+        env.images.join("SHA256SUMS"),
+        format!("{digest}  disk.img\n{qcow_digest} *disk.qcow2\n"),
+    )
+    .unwrap();
+    let q = json!({"spec": {"image": {"url": format!("{}/images/disk.qcow2", env.url), "checksum": format!("{}/images/SHA256SUMS", env.url), "checksumType": null, "format": "qcow2"}}});
     hosts
         .patch("h0", &PatchParams::default(), &Patch::Merge(&q))
         .await

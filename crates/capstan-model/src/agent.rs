@@ -143,6 +143,45 @@ impl ChecksumType {
     }
 }
 
+/// The digest an image must have (Metal3's `checksum` + `checksumType`).
+#[skip_serializing_none]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "kind")]
+pub enum ImageChecksum {
+    /// The digest itself, lower-case hex.
+    Digest {
+        value: String,
+        algorithm: ChecksumType,
+    },
+    /// A checksum file beside the image (`SHA256SUMS`, `*.sha256`): `sha256sum`-style lines, BSD
+    /// `SHA256 (NAME) = DIGEST` lines, or a lone digest. The agent fetches it and uses the line for
+    /// the image's file name. Without `algorithm`, the digest's length decides.
+    Url {
+        url: String,
+        algorithm: Option<ChecksumType>,
+    },
+}
+
+impl ChecksumType {
+    /// The algorithm's name as Metal3 spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Md5 => "md5",
+            Self::Sha256 => "sha256",
+            Self::Sha512 => "sha512",
+        }
+    }
+
+    /// The length of the algorithm's digest in hex characters.
+    pub fn hex_len(self) -> usize {
+        match self {
+            Self::Md5 => 32,
+            Self::Sha256 => 64,
+            Self::Sha512 => 128,
+        }
+    }
+}
+
 /// Image formats (Metal3's `format`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -160,9 +199,8 @@ pub enum ImageFormat {
 pub struct DeployCommand {
     pub operation: OperationId,
     pub image_url: String,
-    /// Lower-case hex digest the image must have.
-    pub checksum: String,
-    pub checksum_type: ChecksumType,
+    /// The digest the image must have, or where to find it.
+    pub checksum: ImageChecksum,
     pub format: ImageFormat,
     pub root_device_hints: Option<RootDeviceHints>,
     /// Fetch the config drive from [`CONFIG_DRIVE_PATH`] and write it to a partition at the end
@@ -227,16 +265,32 @@ mod tests {
         let deploy = Command::Deploy(DeployCommand {
             operation: "op-1".into(),
             image_url: "http://10.0.2.2:6180/images/disk.img".into(),
-            checksum: "ab".repeat(32),
-            checksum_type: ChecksumType::Sha256,
+            checksum: ImageChecksum::Digest {
+                value: "ab".repeat(32),
+                algorithm: ChecksumType::Sha256,
+            },
             format: ImageFormat::Raw,
             root_device_hints: None,
             config_drive: true,
         });
         let json = serde_json::to_value(&deploy).unwrap();
         assert_eq!(json["action"], "deploy");
-        assert_eq!(json["checksumType"], "sha256");
+        assert_eq!(json["checksum"]["kind"], "digest");
+        assert_eq!(json["checksum"]["algorithm"], "sha256");
         assert_eq!(serde_json::from_value::<Command>(json).unwrap(), deploy);
+        let by_url = ImageChecksum::Url {
+            url: "http://images/SHA256SUMS".into(),
+            algorithm: None,
+        };
+        let json = serde_json::to_value(&by_url).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"kind": "url", "url": "http://images/SHA256SUMS"})
+        );
+        assert_eq!(
+            serde_json::from_value::<ImageChecksum>(json).unwrap(),
+            by_url
+        );
         let wait = serde_json::to_value(Command::Wait).unwrap();
         assert_eq!(wait, serde_json::json!({"action": "wait"}));
     }
