@@ -399,6 +399,34 @@ async fn available(pass: &mut Pass<'_>) -> Result<Step, ProvisionerError> {
 
 /// The deploy request for `image`, or why the spec cannot be deployed.
 fn deploy_request(pass: &Pass<'_>, image: &Image) -> Result<DeployRequest, String> {
+    let (checksum, format) = image_checksum_and_format(image)?;
+    let config_drive = pass.config_drive.clone()?;
+    Ok(DeployRequest {
+        image_url: image.url.clone(),
+        checksum,
+        format,
+        root_device_hints: pass.host.spec.root_device_hints.clone(),
+        config_drive,
+    })
+}
+
+/// What `spec.image` asks the agent to fetch and check, or why it cannot be deployed; refused
+/// here, before a host is booted for nothing.
+fn image_checksum_and_format(image: &Image) -> Result<(ImageChecksum, ImageFormat), String> {
+    // The agent's downloads are plain HTTP (integrity comes from the checksum): a ramdisk has no
+    // CA store to check an HTTPS server against.
+    let plain_http = |field: &str, url: &str| {
+        if url.starts_with("http://") {
+            Ok(())
+        } else {
+            Err(format!(
+                "{field} {url:?} is not an http:// URL: the agent downloads over plain HTTP and \
+                 checks the checksum; serve it over http:// or from capstan's images directory \
+                 (--images-dir, under /images/)"
+            ))
+        }
+    };
+    plain_http("spec.image.url", &image.url)?;
     let checksum = image
         .checksum
         .as_deref()
@@ -406,7 +434,8 @@ fn deploy_request(pass: &Pass<'_>, image: &Image) -> Result<DeployRequest, Strin
         .filter(|c| !c.is_empty())
         .ok_or("spec.image.checksum is empty: give the image's digest (and checksumType)")?;
     let checksum_type = image.checksum_type.as_deref().unwrap_or("auto");
-    let checksum = if checksum.starts_with("http://") || checksum.starts_with("https://") {
+    let checksum = if checksum.contains("://") {
+        plain_http("spec.image.checksum", checksum)?;
         // The agent fetches the checksum file; the algorithm, if not named, goes by the digest.
         let algorithm = match checksum_type {
             "" | "auto" => None,
@@ -449,14 +478,7 @@ fn deploy_request(pass: &Pass<'_>, image: &Image) -> Result<DeployRequest, Strin
             ));
         }
     };
-    let config_drive = pass.config_drive.clone()?;
-    Ok(DeployRequest {
-        image_url: image.url.clone(),
-        checksum,
-        format,
-        root_device_hints: pass.host.spec.root_device_hints.clone(),
-        config_drive,
-    })
+    Ok((checksum, format))
 }
 
 async fn provisioning(pass: &mut Pass<'_>) -> Result<Step, ProvisionerError> {
@@ -646,6 +668,91 @@ mod tests {
         assert_eq!(error_backoff(2), Duration::from_secs(4));
         assert_eq!(error_backoff(5), Duration::from_secs(32));
         assert_eq!(error_backoff(50), Duration::from_secs(300));
+    }
+
+    fn image(url: &str, checksum: &str, checksum_type: Option<&str>) -> Image {
+        Image {
+            url: url.into(),
+            checksum: Some(checksum.into()),
+            checksum_type: checksum_type.map(Into::into),
+            format: None,
+        }
+    }
+
+    #[test]
+    fn image_checksums_are_digests_or_checksum_file_urls() {
+        let sha = "AB".repeat(32);
+        let (checksum, format) =
+            image_checksum_and_format(&image("http://i/disk.img", &sha, None)).unwrap();
+        assert_eq!(
+            checksum,
+            ImageChecksum::Digest {
+                value: "ab".repeat(32),
+                algorithm: ChecksumType::Sha256
+            }
+        );
+        assert_eq!(format, ImageFormat::Raw);
+        let (checksum, format) = image_checksum_and_format(&image(
+            "http://i/disk.qcow2",
+            "http://i/SHA256SUMS",
+            Some("sha256"),
+        ))
+        .unwrap();
+        assert_eq!(
+            checksum,
+            ImageChecksum::Url {
+                url: "http://i/SHA256SUMS".into(),
+                algorithm: Some(ChecksumType::Sha256)
+            }
+        );
+        assert_eq!(format, ImageFormat::Qcow2);
+        let (checksum, _) =
+            image_checksum_and_format(&image("http://i/d.img", "http://i/SUMS", Some("auto")))
+                .unwrap();
+        assert!(matches!(
+            checksum,
+            ImageChecksum::Url {
+                algorithm: None,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn unusable_images_are_refused_before_booting() {
+        let sha = "ab".repeat(32);
+        for (img, want) in [
+            (
+                image("http://i/d.img", "", None),
+                "spec.image.checksum is empty",
+            ),
+            (
+                image("https://i/d.img", &sha, None),
+                "spec.image.url \"https://i/d.img\" is not an http:// URL",
+            ),
+            (
+                image("http://i/d.img", "https://i/SUMS", None),
+                "spec.image.checksum \"https://i/SUMS\" is not an http:// URL",
+            ),
+            (
+                image("http://i/d.img", &sha, Some("sha512")),
+                "\"sha512\" with a 64-character checksum",
+            ),
+            (
+                image("http://i/d.img", "http://i/SUMS", Some("crc32")),
+                "\"crc32\" is not md5, sha256, sha512 or auto",
+            ),
+            (
+                Image {
+                    format: Some("vmdk".into()),
+                    ..image("http://i/d.img", &sha, None)
+                },
+                "\"vmdk\" is not supported",
+            ),
+        ] {
+            let err = image_checksum_and_format(&img).unwrap_err();
+            assert!(err.contains(want), "{err}");
+        }
     }
 
     #[test]
