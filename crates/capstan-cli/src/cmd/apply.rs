@@ -30,6 +30,46 @@ fn order(kind: &str) -> u8 {
     }
 }
 
+/// Whether applying `manifest` changed any field it sets. Not the resourceVersion: a controller
+/// writing the object (status, a finalizer) between the read and the apply changes that too.
+/// A Secret's `stringData` is stored as `data`, so it is judged by `data`.
+fn applied_fields_changed(
+    manifest: &serde_json::Value,
+    before: &DynamicObject,
+    after: &DynamicObject,
+) -> bool {
+    let (Ok(before), Ok(after)) = (serde_json::to_value(before), serde_json::to_value(after))
+    else {
+        return true;
+    };
+    let Some(fields) = manifest.as_object() else {
+        return true;
+    };
+    fields.iter().any(|(key, wanted)| match key.as_str() {
+        "apiVersion" | "kind" => false,
+        "stringData" => before.get("data") != after.get("data"),
+        _ => differs_under(wanted, before.get(key), after.get(key)),
+    })
+}
+
+/// Whether `before` and `after` differ anywhere `wanted` sets a value.
+fn differs_under(
+    wanted: &serde_json::Value,
+    before: Option<&serde_json::Value>,
+    after: Option<&serde_json::Value>,
+) -> bool {
+    match wanted {
+        serde_json::Value::Object(fields) => fields.iter().any(|(key, wanted)| {
+            differs_under(
+                wanted,
+                before.and_then(|b| b.get(key)),
+                after.and_then(|a| a.get(key)),
+            )
+        }),
+        _ => before != after,
+    }
+}
+
 pub fn run(args: Args, style: &Style) -> anyhow::Result<Exit> {
     let mut objects = match capstan_manifest::load_paths(&args.files) {
         Ok(objects) => objects,
@@ -77,12 +117,10 @@ pub fn run(args: Args, style: &Style) -> anyhow::Result<Exit> {
                 Ok(after) => {
                     let verb = match before {
                         None => "created",
-                        Some(b)
-                            if b.metadata.resource_version == after.metadata.resource_version =>
-                        {
-                            "unchanged"
+                        Some(before) if applied_fields_changed(&object.value, &before, &after) => {
+                            "configured"
                         }
-                        Some(_) => "configured",
+                        Some(_) => "unchanged",
                     };
                     println!("{}/{} {verb}", resource.plural, id.name);
                 }
@@ -101,4 +139,66 @@ pub fn run(args: Args, style: &Style) -> anyhow::Result<Exit> {
         }
         Ok(if failed > 0 { Exit::Invalid } else { Exit::Ok })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use serde_json::json;
+
+    fn object(value: serde_json::Value) -> DynamicObject {
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn a_concurrent_status_or_finalizer_write_is_not_a_change_by_apply() {
+        let manifest = json!({"apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
+            "metadata": {"name": "h0", "labels": {"role": "cp"}}, "spec": {"online": true}});
+        let before = object(
+            json!({"apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
+            "metadata": {"name": "h0", "resourceVersion": "5", "labels": {"role": "cp"}},
+            "spec": {"online": true}}),
+        );
+        let after = object(
+            json!({"apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
+            "metadata": {"name": "h0", "resourceVersion": "7", "labels": {"role": "cp"},
+                "finalizers": ["baremetalhost.metal3.io"]},
+            "spec": {"online": true}, "status": {"provisioning": {"state": "registering"}}}),
+        );
+        assert!(!applied_fields_changed(&manifest, &before, &after));
+    }
+
+    #[test]
+    fn a_changed_field_or_label_is_a_change() {
+        let manifest = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "labels": {"a": "2"}}, "data": {"k": "v"}});
+        let before = object(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "labels": {"a": "1"}}, "data": {"k": "v"}}));
+        let after = object(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "labels": {"a": "2"}}, "data": {"k": "v"}}));
+        assert!(applied_fields_changed(&manifest, &before, &after));
+    }
+
+    #[test]
+    fn secret_string_data_is_judged_by_the_stored_data() {
+        let manifest = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
+            "stringData": {"password": "new"}});
+        let stored = |b64: &str| {
+            object(
+                json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
+                "data": {"password": b64}}),
+            )
+        };
+        assert!(applied_fields_changed(
+            &manifest,
+            &stored("b2xk"),
+            &stored("bmV3")
+        ));
+        assert!(!applied_fields_changed(
+            &manifest,
+            &stored("bmV3"),
+            &stored("bmV3")
+        ));
+    }
 }
