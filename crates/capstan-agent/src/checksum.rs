@@ -116,7 +116,7 @@ pub fn digest_for(
     };
     // The algorithm: the one asked for, else the one a BSD line names, else the digest's length.
     let wanted = algorithm.or(entry.tag);
-    let by_length = ChecksumType::parse("auto", &digest);
+    let by_length = ChecksumType::for_hex_len(digest.len());
     match (wanted, by_length) {
         (Some(kind), _) if kind.hex_len() == digest.len() => Ok((digest, kind)),
         (Some(kind), _) => Err(wrong(kind.name().to_owned())),
@@ -144,7 +144,7 @@ fn parse_line(line: &str) -> Option<Entry<'_>> {
         && let Some((tag, rest)) = head.split_once(" (")
         && let Some(name) = rest.strip_suffix(')')
     {
-        let tag = ChecksumType::parse(&tag.to_ascii_lowercase(), "");
+        let tag = ChecksumType::from_name(&tag.to_ascii_lowercase());
         return is_hex(digest.trim()).then_some(Entry {
             digest: digest.trim(),
             name: Some(name),

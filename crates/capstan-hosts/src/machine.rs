@@ -439,7 +439,7 @@ fn image_checksum_and_format(image: &Image) -> Result<(ImageChecksum, ImageForma
         // The agent fetches the checksum file; the algorithm, if not named, goes by the digest.
         let algorithm = match checksum_type {
             "" | "auto" => None,
-            named => Some(ChecksumType::parse(named, "").ok_or_else(|| {
+            named => Some(ChecksumType::from_name(named).ok_or_else(|| {
                 format!("spec.image.checksumType {named:?} is not md5, sha256, sha512 or auto")
             })?),
         };

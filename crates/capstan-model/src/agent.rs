@@ -120,25 +120,50 @@ pub enum Command {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ChecksumType {
+    /// MD5, 32 hex digits.
     Md5,
+    /// SHA-256, 64 hex digits.
     Sha256,
+    /// SHA-512, 128 hex digits.
     Sha512,
 }
 
 impl ChecksumType {
+    const ALL: [Self; 3] = [Self::Md5, Self::Sha256, Self::Sha512];
+
     /// Parses Metal3's `checksumType` (`md5`, `sha256`, `sha512`; `auto` is resolved by length).
     pub fn parse(value: &str, checksum: &str) -> Option<Self> {
         match value {
-            "md5" => Some(Self::Md5),
-            "sha256" => Some(Self::Sha256),
-            "sha512" => Some(Self::Sha512),
-            "" | "auto" => match checksum.len() {
-                32 => Some(Self::Md5),
-                64 => Some(Self::Sha256),
-                128 => Some(Self::Sha512),
-                _ => None,
-            },
-            _ => None,
+            "" | "auto" => Self::for_hex_len(checksum.len()),
+            name => Self::from_name(name),
+        }
+    }
+
+    /// The algorithm Metal3 spells `name`.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|t| t.name() == name)
+    }
+
+    /// The algorithm whose digests have `len` hex digits.
+    pub fn for_hex_len(len: usize) -> Option<Self> {
+        Self::ALL.into_iter().find(|t| t.hex_len() == len)
+    }
+
+    /// The algorithm's name as Metal3 spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Md5 => "md5",
+            Self::Sha256 => "sha256",
+            Self::Sha512 => "sha512",
+        }
+    }
+
+    /// The length of the algorithm's digest in hex characters.
+    pub fn hex_len(self) -> usize {
+        match self {
+            Self::Md5 => 32,
+            Self::Sha256 => 64,
+            Self::Sha512 => 128,
         }
     }
 }
@@ -160,26 +185,6 @@ pub enum ImageChecksum {
         url: String,
         algorithm: Option<ChecksumType>,
     },
-}
-
-impl ChecksumType {
-    /// The algorithm's name as Metal3 spells it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Md5 => "md5",
-            Self::Sha256 => "sha256",
-            Self::Sha512 => "sha512",
-        }
-    }
-
-    /// The length of the algorithm's digest in hex characters.
-    pub fn hex_len(self) -> usize {
-        match self {
-            Self::Md5 => 32,
-            Self::Sha256 => 64,
-            Self::Sha512 => 128,
-        }
-    }
 }
 
 /// Image formats (Metal3's `format`).

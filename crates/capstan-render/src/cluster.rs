@@ -78,7 +78,7 @@ fn image(plan: &Plan<'_>, api_version: CapiVersion) -> Image {
     Image {
         url: plan.spec.image.url.clone(),
         checksum: Some(plan.spec.image.checksum.trim().to_owned()),
-        checksum_type: plan.checksum_type.map(|t| t.as_str().to_owned()),
+        checksum_type: plan.checksum_type.map(|t| t.name().to_owned()),
         format,
         disk_format,
     }

@@ -194,44 +194,8 @@ pub struct Image {
     pub format: Option<DiskFormat>,
 }
 
-/// Checksum algorithms Metal3 accepts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ChecksumType {
-    /// MD5, 32 hex digits.
-    Md5,
-    /// SHA-256, 64 hex digits.
-    Sha256,
-    /// SHA-512, 128 hex digits.
-    Sha512,
-}
-
-impl ChecksumType {
-    /// The name Metal3 uses.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Md5 => "md5",
-            Self::Sha256 => "sha256",
-            Self::Sha512 => "sha512",
-        }
-    }
-
-    /// Number of hex digits of a checksum of this type.
-    pub fn hex_len(self) -> usize {
-        match self {
-            Self::Md5 => 32,
-            Self::Sha256 => 64,
-            Self::Sha512 => 128,
-        }
-    }
-
-    /// The type whose checksums have `len` hex digits.
-    pub fn for_hex_len(len: usize) -> Option<Self> {
-        [Self::Md5, Self::Sha256, Self::Sha512]
-            .into_iter()
-            .find(|t| t.hex_len() == len)
-    }
-}
+/// Checksum algorithms Metal3 accepts: the one type the agent protocol uses too.
+pub use capstan_model::agent::ChecksumType;
 
 /// Disk image formats Metal3 accepts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -349,7 +349,7 @@ impl<'s> Checker<'s> {
                     &path("image.checksum"),
                     format!(
                         "a {} checksum has {} hex digits, this one has {}; check checksumType or the checksum",
-                        kind.as_str(),
+                        kind.name(),
                         kind.hex_len(),
                         checksum.len()
                     ),
