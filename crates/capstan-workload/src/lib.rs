@@ -12,6 +12,10 @@
 //! - A simulated backend (`capstan-sim`) implements the same trait for the clusters it plays and hands
 //!   everything else to a [`KubeconfigAccess`].
 //!
+//! [`EtcdMembership`] is how KubeadmControlPlane sees and changes the etcd members of a workload
+//! cluster's stacked etcd; a real implementation reaches etcd through the workload API server, a
+//! simulated one plays the members of a simulated cluster.
+//!
 //! A workload cluster that cannot be reached is an ordinary, expected state while it comes up: callers
 //! get [`WorkloadError`] and requeue.
 
@@ -99,6 +103,45 @@ pub trait WorkloadAccess: Send + Sync + 'static {
 
 /// A shared [`WorkloadAccess`].
 pub type SharedWorkloadAccess = Arc<dyn WorkloadAccess>;
+
+/// One member of a workload cluster's etcd.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EtcdMember {
+    /// The member's name: the Node name of the control-plane machine it runs on.
+    pub name: String,
+    /// The member id etcd assigned.
+    pub id: u64,
+    /// Whether the member answers and is in sync.
+    pub healthy: bool,
+    /// Whether this member is the raft leader.
+    pub leader: bool,
+}
+
+/// The etcd membership of workload clusters (stacked etcd, one member per control-plane Node).
+pub trait EtcdMembership: Send + Sync + 'static {
+    /// The current members of `cluster`'s etcd.
+    fn members<'a>(
+        &'a self,
+        cluster: &'a ClusterKey,
+    ) -> BoxFuture<'a, Result<Vec<EtcdMember>, WorkloadError>>;
+
+    /// Removes the member called `name` (idempotent: a member already gone is success).
+    fn remove_member<'a>(
+        &'a self,
+        cluster: &'a ClusterKey,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<(), WorkloadError>>;
+
+    /// Moves raft leadership to the member called `to` (before the current leader's machine goes).
+    fn move_leader<'a>(
+        &'a self,
+        cluster: &'a ClusterKey,
+        to: &'a str,
+    ) -> BoxFuture<'a, Result<(), WorkloadError>>;
+}
+
+/// A shared [`EtcdMembership`].
+pub type SharedEtcdMembership = Arc<dyn EtcdMembership>;
 
 struct Cached {
     client: Client,
