@@ -11,6 +11,11 @@
 //! token and the CA hash from that file, or, on `init`, with a node certificate it signs with the
 //! cluster CA cloud-init wrote.
 //!
+//! A second test part, `capstan-bootstrap-report` (a systemd unit after cloud-init's final stage),
+//! prints on the serial console what the bootstrap data left behind (files with modes, owners and
+//! digests; users; the commands in order; the sentinel; cloud-init's status), so that a test can
+//! check the machine from outside without logging in.
+//!
 //! The layout: partition 1 is FAT with SYSLINUX, the kernel and Debian's initramfs; partition 2 is
 //! the ext4 root filesystem (label `capstan-root`), made with `mkfs.ext4 -d` without loop mounts.
 //! The agent adds the config drive as a third partition when it provisions the image.
@@ -37,6 +42,19 @@ pub const SUITE: &str = "bookworm";
 pub const DEFAULT_MIRROR: &str = "http://deb.debian.org/debian";
 /// The kubeadm test stand-in installed as `/usr/local/bin/kubeadm`.
 pub const KUBEADM_STANDIN: &str = include_str!("kubeadm-standin.py");
+/// The test reporter: prints what the bootstrap data left on the machine, after cloud-init.
+pub const BOOTSTRAP_REPORT: &str = include_str!("bootstrap-report.py");
+const REPORT_UNIT: &str = "[Unit]\n\
+Description=capstan test reporter: what the bootstrap data left on this machine\n\
+After=cloud-final.service\n\
+Wants=cloud-final.service\n\
+\n\
+[Service]\n\
+Type=oneshot\n\
+ExecStart=/usr/local/bin/capstan-bootstrap-report\n\
+\n\
+[Install]\n\
+WantedBy=cloud-init.target\n";
 /// What cloud-init is told: the config drive first, NoCloud (a `cidata` disk) second.
 const CLOUD_CFG: &str = "# capstan: read the config drive (config-2) the provisioner writes, else NoCloud.\n\
 datasource_list: [ ConfigDrive, NoCloud, None ]\n";
@@ -59,7 +77,14 @@ const BASE_PACKAGES: &[&str] = &[
     "kmod",
     "e2fsprogs",
 ];
-const CHROOT_PACKAGES: &[&str] = &["cloud-init", "linux-image-cloud-amd64", "initramfs-tools"];
+const CHROOT_PACKAGES: &[&str] = &[
+    "cloud-init",
+    "linux-image-cloud-amd64",
+    "initramfs-tools",
+    // cloud-init's ssh and locale modules fail without them, and users expect to log in by key.
+    "openssh-server",
+    "locales",
+];
 
 /// A built image.
 #[derive(Clone, Debug)]
@@ -120,13 +145,20 @@ impl Drop for ProcMount {
 
 /// The cached root filesystem, bootstrapped when missing.
 fn rootfs(cache: &Path, mirror: &str, progress: &dyn Fn(&str)) -> Result<PathBuf, RamdiskError> {
-    let root = cache.join(format!("cloud-rootfs-{SUITE}"));
+    // The tree depends on what is installed and configured: a change makes a new one.
+    let recipe: String = [BASE_PACKAGES, CHROOT_PACKAGES].concat().join(",") + CLOUD_CFG;
+    let digest: String = Sha256::digest(recipe.as_bytes())
+        .iter()
+        .take(4)
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let root = cache.join(format!("cloud-rootfs-{SUITE}-{digest}"));
     let complete = root.join(".capstan-complete");
     if complete.is_file() {
         return Ok(root);
     }
     std::fs::create_dir_all(cache).map_err(io("creating", cache))?;
-    let partial = cache.join(format!("cloud-rootfs-{SUITE}.partial"));
+    let partial = cache.join(format!("cloud-rootfs-{SUITE}-{digest}.partial"));
     if partial.exists() {
         std::fs::remove_dir_all(&partial).map_err(io("removing", &partial))?;
     }
@@ -243,9 +275,24 @@ pub fn build(
     progress: &dyn Fn(&str),
 ) -> Result<CloudImage, RamdiskError> {
     let root = rootfs(cache, mirror, progress)?;
-    let standin = root.join("usr/local/bin/kubeadm");
-    std::fs::write(&standin, KUBEADM_STANDIN).map_err(io("writing", &standin))?;
-    run(Command::new("chmod").arg("0755").arg(&standin))?;
+    // The test parts are written on every build, so a changed stand-in never hides in the cache.
+    for (relative, contents) in [
+        ("usr/local/bin/kubeadm", KUBEADM_STANDIN),
+        ("usr/local/bin/capstan-bootstrap-report", BOOTSTRAP_REPORT),
+    ] {
+        let path = root.join(relative);
+        std::fs::write(&path, contents).map_err(io("writing", &path))?;
+        run(Command::new("chmod").arg("0755").arg(&path))?;
+    }
+    let unit = root.join("etc/systemd/system/capstan-bootstrap-report.service");
+    std::fs::write(&unit, REPORT_UNIT).map_err(io("writing", &unit))?;
+    let wants = root.join("etc/systemd/system/cloud-init.target.wants");
+    std::fs::create_dir_all(&wants).map_err(io("creating", &wants))?;
+    let link = wants.join("capstan-bootstrap-report.service");
+    if !link.exists() {
+        std::os::unix::fs::symlink("../capstan-bootstrap-report.service", &link)
+            .map_err(io("linking", &link))?;
+    }
 
     std::fs::create_dir_all(out).map_err(io("creating", out))?;
     let work = out.join("work");
