@@ -340,6 +340,17 @@ pub const KINDS: &[KindInfo] = &[
     ),
     kind!(
         "",
+        "Node",
+        "nodes",
+        "node",
+        ["no"],
+        Cluster,
+        &["v1"],
+        "v1",
+        &[]
+    ),
+    kind!(
+        "",
         "Pod",
         "pods",
         "pod",
