@@ -496,6 +496,7 @@ impl Reconciler for ClusterController {
         }
         // The endpoint comes from the infrastructure cluster (or a control plane that provides
         // one), and is never changed once set: every kubeconfig and certificate names it.
+        let mut current = (*cluster).clone();
         if !observed.endpoint_set
             && let Some((host, port)) = infra
                 .as_ref()
@@ -505,11 +506,15 @@ impl Reconciler for ClusterController {
             let api: Api<Cluster> = Api::namespaced(client.clone(), &namespace);
             let before = json!({});
             let after = json!({"controlPlaneEndpoint": {"host": host, "port": port}});
-            patch::patch_field(&api, &*cluster, "spec", &before, &after).await?;
+            if let Some(updated) =
+                patch::patch_field(&api, &*cluster, "spec", &before, &after).await?
+            {
+                current = updated;
+            }
             observed.endpoint_set = true;
         }
         let status = compute_status(&cluster, &observed, false, &conditions::now());
-        self.write_status(&cluster, &namespace, &client, &status)
+        self.write_status(&current, &namespace, &client, &status)
             .await?;
         let settled = status.phase.as_deref() == Some(PHASE_PROVISIONED)
             && conditions::is_true(&status.conditions, CONTROL_PLANE_INITIALIZED);
@@ -714,20 +719,15 @@ async fn delete_workers(
         |_| true,
     )
     .await?;
-    // Workers a MachineSet owns go with it; standalone workers are deleted here.
+    // Worker Machines are deleted directly too, not only through their sets' garbage collection,
+    // so deletion does not depend on a collector being present or quick.
     delete_all(
         Api::<Machine>::namespaced(client.clone(), namespace),
         cluster,
         &params,
         "Machine",
         namespace,
-        |m: &Machine| {
-            !is_control_plane(m)
-                && !m
-                    .owner_references()
-                    .iter()
-                    .any(|o| o.controller == Some(true) && o.kind == "MachineSet")
-        },
+        |m: &Machine| !is_control_plane(m),
     )
     .await?;
     Ok(())

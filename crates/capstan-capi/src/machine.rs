@@ -338,7 +338,7 @@ impl MachineController {
     /// Reads the bootstrap step; copies `dataSecretName` into the spec when the config has one.
     async fn bootstrap(
         &self,
-        machine: &Machine,
+        machine: &mut Machine,
         namespace: &str,
         client: &Client,
     ) -> Result<BootstrapState, MachineError> {
@@ -386,14 +386,17 @@ impl MachineController {
             Some(name) => {
                 if spec_name.as_deref() != Some(name.as_str()) {
                     let machines: Api<Machine> = Api::namespaced(client.clone(), namespace);
-                    patch::patch_field(
+                    if let Some(updated) = patch::patch_field(
                         &machines,
-                        machine,
+                        &*machine,
                         "spec",
                         &json!({}),
                         &json!({"bootstrap": {"dataSecretName": name}}),
                     )
-                    .await?;
+                    .await?
+                    {
+                        *machine = updated;
+                    }
                 }
                 Ok(BootstrapState::Ready)
             }
@@ -416,7 +419,7 @@ impl MachineController {
     /// Reads the infrastructure step; copies `providerID` (and the failure domain) into the spec.
     async fn infrastructure(
         &self,
-        machine: &Machine,
+        machine: &mut Machine,
         namespace: &str,
         client: &Client,
     ) -> Result<
@@ -492,14 +495,17 @@ impl MachineController {
         }
         if !spec_patch.is_empty() {
             let machines: Api<Machine> = Api::namespaced(client.clone(), namespace);
-            patch::patch_field(
+            if let Some(updated) = patch::patch_field(
                 &machines,
-                machine,
+                &*machine,
                 "spec",
                 &json!({}),
                 &Value::Object(spec_patch),
             )
-            .await?;
+            .await?
+            {
+                *machine = updated;
+            }
         }
         Ok((
             InfraState::Provisioned,
@@ -768,9 +774,13 @@ impl Reconciler for MachineController {
             .await?;
             return Ok(Action::await_change());
         }
-        let bootstrap = self.bootstrap(&machine, &namespace, &client).await?;
-        let (infrastructure, addresses, failure_domain, provider_id) =
-            self.infrastructure(&machine, &namespace, &client).await?;
+        // Spec writes below return the object at its new resourceVersion, which the status patch
+        // is then guarded by.
+        let mut current = (*machine).clone();
+        let bootstrap = self.bootstrap(&mut current, &namespace, &client).await?;
+        let (infrastructure, addresses, failure_domain, provider_id) = self
+            .infrastructure(&mut current, &namespace, &client)
+            .await?;
         let (node, node_info) = self
             .node(&machine, &namespace, provider_id.as_deref(), &client)
             .await?;
@@ -784,7 +794,7 @@ impl Reconciler for MachineController {
         };
         let status = compute_status(&machine, &observed, false, &conditions::now());
         let before = machine.status.clone().unwrap_or_default();
-        patch::patch_status(&machines, &*machine, &before, &status).await?;
+        patch::patch_status(&machines, &current, &before, &status).await?;
         Ok(if status.phase.as_deref() == Some(PHASE_RUNNING) {
             Action::requeue(HEALTH_REQUEUE)
         } else {
