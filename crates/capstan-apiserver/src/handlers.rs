@@ -285,6 +285,14 @@ pub(crate) async fn handle(
 ) -> Result<Response, ApiError> {
     let has_name = request.path.name.is_some();
     let subresource = request.path.subresource.clone();
+    if subresource.as_deref() == Some("eviction")
+        && method == Method::POST
+        && has_name
+        && request.kind() == "Pod"
+        && request.group().is_empty()
+    {
+        return evict(&state, &request).await;
+    }
     if let Some(sub) = subresource.as_deref()
         && !(sub == "status" && request.served.has_status())
     {
@@ -1186,6 +1194,64 @@ async fn delete_one(
         .await?;
     request.to_requested(state, stored_value(&stored)?)
 }
+
+/// `POST pods/NAME/eviction` (policy/v1 Eviction): deletes the Pod unless a PodDisruptionBudget
+/// selecting it allows no disruption now (`status.disruptionsAllowed`, which the budget's controller
+/// keeps; here whoever plays that controller writes it), then answers 429 as Kubernetes does. An
+/// allowed eviction uses up one disruption of each matching budget.
+async fn evict(state: &ApiState, request: &Request) -> Result<Response, ApiError> {
+    let name = request.path.name.clone().unwrap_or_default();
+    let namespace = request.path.namespace.clone().unwrap_or_default();
+    let pod = state
+        .store
+        .get(request.key(&name))
+        .await?
+        .ok_or_else(|| request.not_found(&name))?;
+    let labels = crate::selectors::labels_of(&stored_value(&pod)?);
+    let budgets = state
+        .store
+        .list(
+            PDB_STORAGE.to_owned(),
+            Some(namespace.clone()),
+            None,
+            None,
+            None,
+        )
+        .await?;
+    for budget in budgets.items {
+        let value = stored_value(&budget)?;
+        let selector: capstan_model::meta::LabelSelector =
+            serde_json::from_value(value["spec"]["selector"].clone()).unwrap_or_default();
+        // A budget without a selector selects nothing (policy/v1).
+        if value["spec"]["selector"].is_null()
+            || !capstan_model::meta::selector_matches(&selector, &labels)
+        {
+            continue;
+        }
+        let allowed = value["status"]["disruptionsAllowed"].as_i64().unwrap_or(0);
+        if allowed <= 0 {
+            return Err(ApiError::TooManyRequests(format!(
+                "Cannot evict pod as it would violate the pod's disruption budget: PodDisruptionBudget {namespace}/{} allows no disruption now",
+                budget.key.name
+            )));
+        }
+        let mut spent = value.clone();
+        spent["status"]["disruptionsAllowed"] = json!(allowed - 1);
+        state
+            .store
+            .update(budget.key.clone(), spent, Some(budget.resource_version))
+            .await?;
+    }
+    delete_one(state, request, pod, &json!({})).await?;
+    Ok(json_response(
+        StatusCode::CREATED,
+        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+        &[],
+    ))
+}
+
+/// Where PodDisruptionBudgets are stored.
+const PDB_STORAGE: &str = "policy/poddisruptionbudgets";
 
 fn delete_options(body: &Bytes, query: &HashMap<String, String>) -> Result<Value, ApiError> {
     let mut options = if body.is_empty() {

@@ -19,7 +19,7 @@ use capstan_store::{Store, StoreOptions};
 use capstan_workload::{ClusterKey, WorkloadAccess, WorkloadError};
 use futures::StreamExt;
 use futures::future::BoxFuture;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
 };
@@ -781,5 +781,137 @@ async fn cluster_deletion_goes_workers_then_control_plane_then_infrastructure() 
             .then_some(())
     })
     .await;
+    env.stop().await;
+}
+
+async fn create_pod(workload: &Client, name: &str, node: &str, labels: Value, owner: Option<&str>) {
+    let pods: Api<Pod> = Api::namespaced(workload.clone(), NS);
+    let mut metadata = json!({"name": name, "namespace": NS, "labels": labels});
+    if let Some(kind) = owner {
+        metadata["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": kind, "name": "agent", "uid": "00000000-0000-0000-0000-000000000001", "controller": true}]);
+    }
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": metadata,
+        "spec": {"nodeName": node, "containers": [{"name": "main", "image": "registry.example/app:1"}]},
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn machine_deletion_drains_by_eviction_and_names_the_blocking_pod_until_the_timeout() {
+    let env = Env::start().await;
+    env.cluster_objects("delta").await;
+    env.templates("workers-a", "http://images.example/a.img")
+        .await;
+    env.deployment("delta", "dpool", 1, "workers-a").await;
+    let deployments: Api<MachineDeployment> = Api::namespaced(env.client.clone(), NS);
+    // A short drain timeout, so the PDB-blocked Pod holds the Machine only briefly.
+    deployments
+        .patch("dpool", &PatchParams::default(), &Patch::Merge(&json!({"spec": {"template": {"spec": {"deletion": {"nodeDrainTimeoutSeconds": 4}}}}})))
+        .await
+        .unwrap();
+    let machine = eventually("1 Running Machine with the drain timeout", || async {
+        let running = env.running("dpool", 1).await?;
+        running.into_iter().find(|m| {
+            m.spec
+                .deletion
+                .as_ref()
+                .and_then(|d| d.node_drain_timeout_seconds)
+                == Some(4)
+        })
+    })
+    .await;
+    let node = machine.name_any();
+    create_pod(&env.workload, "web", &node, json!({"app": "web"}), None).await;
+    create_pod(
+        &env.workload,
+        "agent",
+        &node,
+        json!({"app": "agent"}),
+        Some("DaemonSet"),
+    )
+    .await;
+    create_pod(&env.workload, "db", &node, json!({"app": "db"}), None).await;
+    let budgets = Api::<DynamicObject>::namespaced_with(
+        env.workload.clone(),
+        NS,
+        &resource(
+            "policy",
+            "v1",
+            "PodDisruptionBudget",
+            "poddisruptionbudgets",
+        ),
+    );
+    budgets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                "metadata": {"name": "db", "namespace": NS},
+                "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "db"}}},
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    budgets
+        .patch_status("db", &PatchParams::default(), &Patch::Merge(&json!({"status": {"disruptionsAllowed": 0, "currentHealthy": 1, "desiredHealthy": 1, "expectedPods": 1}})))
+        .await
+        .unwrap();
+
+    env.machines()
+        .delete(&node, &DeleteParams::default())
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(env.workload.clone(), NS);
+    let blocked = eventually(
+        "the drain to evict web and name the PDB-blocked db Pod",
+        || async {
+            let m = env.machines().get(&node).await.ok()?;
+            let condition = m
+                .status?
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == "Deleting")?;
+            let message = condition.message.clone()?;
+            (message.contains("default/db") && pods.get_opt("web").await.ok()?.is_none())
+                .then_some(condition)
+        },
+    )
+    .await;
+    assert_eq!(blocked.reason.as_deref(), Some("DrainingNode"));
+    assert!(
+        blocked
+            .message
+            .unwrap_or_default()
+            .contains("PodDisruptionBudget default/db")
+    );
+    let nodes: Api<Node> = Api::all(env.workload.clone());
+    assert_eq!(
+        nodes.get(&node).await.unwrap().spec.unwrap().unschedulable,
+        Some(true),
+        "cordoned"
+    );
+    // The drain timeout passes: the Machine goes on, its Node is deleted; the DaemonSet Pod was never evicted.
+    eventually("the Machine to go after the drain timeout", || async {
+        env.machines()
+            .get_opt(&node)
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert!(nodes.get_opt(&node).await.unwrap().is_none());
+    assert!(
+        pods.get_opt("agent").await.unwrap().is_some(),
+        "DaemonSet Pod left alone"
+    );
+    assert!(
+        pods.get_opt("db").await.unwrap().is_some(),
+        "PDB-protected Pod not evicted"
+    );
     env.stop().await;
 }

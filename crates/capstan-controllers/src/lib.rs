@@ -116,6 +116,7 @@ pub fn crds() -> Vec<Value> {
         "apiextensions.k8s.io",
         "coordination.k8s.io",
         "events.k8s.io",
+        "policy",
     ];
     capstan_apiserver::registry::builtin_crds()
         .into_iter()

@@ -350,6 +350,17 @@ pub const KINDS: &[KindInfo] = &[
         &[]
     ),
     kind!(
+        "policy",
+        "PodDisruptionBudget",
+        "poddisruptionbudgets",
+        "poddisruptionbudget",
+        ["pdb"],
+        Namespaced,
+        &["v1"],
+        "v1",
+        &[]
+    ),
+    kind!(
         "",
         "Pod",
         "pods",
