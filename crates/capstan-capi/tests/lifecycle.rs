@@ -581,7 +581,16 @@ async fn machine_deployment_scales_rolls_out_and_labels_nodes() {
                 .unwrap();
         }
     };
-    scale(3).await;
+    // Up through the `scale` subresource (what `kubectl scale md` uses).
+    let scaled = deployments
+        .patch_scale(
+            "pool",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"replicas": 3}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(scaled.spec.unwrap().replicas, Some(3));
     eventually("3 Running Machines", || env.running("pool", 3)).await;
     let status = eventually("the deployment status to count 3", || async {
         let s = deployments.get("pool").await.ok()?.status?;
@@ -590,6 +599,14 @@ async fn machine_deployment_scales_rolls_out_and_labels_nodes() {
     })
     .await;
     assert!(status.selector.unwrap_or_default().contains("pool=pool"));
+    let scale_status = deployments.get_scale("pool").await.unwrap().status.unwrap();
+    assert_eq!(scale_status.replicas, 3);
+    assert!(
+        scale_status
+            .selector
+            .unwrap_or_default()
+            .contains("pool=pool")
+    );
     scale(1).await;
     eventually("1 Running Machine", || env.running("pool", 1)).await;
 
