@@ -2,6 +2,8 @@
 //!
 //! - [`ipam`]: the Metal3 IPAM pool allocator (IPClaim → IPAddress from an IPPool).
 //! - [`capstan_hosts`]: the BareMetalHost controller (when [`ControllerOptions::hosts`] is set).
+//! - [`capstan_capi`]: the Cluster API core controllers (Cluster, Machine, MachineSet,
+//!   MachineDeployment), reaching workload clusters through [`ControllerOptions::workloads`].
 //! - [`gc`]: the owner-reference garbage collector, for the embedded API server only (a real
 //!   cluster has its own).
 //!
@@ -18,7 +20,7 @@ use serde_json::Value;
 use std::time::Duration;
 
 /// How [`run_controllers`] runs.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct ControllerOptions {
     /// Shutdown, metrics, health, identity and leader election.
     pub runtime: RunOptions,
@@ -28,6 +30,20 @@ pub struct ControllerOptions {
     /// Run the BareMetalHost controller with these settings (it needs the provisioning server
     /// that shares its agent registry running in the same process).
     pub hosts: Option<capstan_hosts::HostSettings>,
+    /// How controllers reach workload clusters; `None` is a kubeconfig-based access
+    /// (`<cluster>-kubeconfig` Secrets) on the management client.
+    pub workloads: Option<capstan_workload::SharedWorkloadAccess>,
+}
+
+impl std::fmt::Debug for ControllerOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControllerOptions")
+            .field("runtime", &self.runtime)
+            .field("garbage_collection", &self.garbage_collection)
+            .field("hosts", &self.hosts)
+            .field("workloads", &self.workloads.as_ref().map(|_| "custom"))
+            .finish()
+    }
 }
 
 impl ControllerOptions {
@@ -38,6 +54,7 @@ impl ControllerOptions {
             runtime,
             garbage_collection: Some(gc::DEFAULT_SWEEP_INTERVAL),
             hosts: None,
+            workloads: None,
         }
     }
 
@@ -48,6 +65,7 @@ impl ControllerOptions {
             runtime,
             garbage_collection: None,
             hosts: None,
+            workloads: None,
         }
     }
 }
@@ -63,6 +81,7 @@ pub fn shipped_controllers(options: &ControllerOptions) -> Vec<Box<dyn Task>> {
             settings.clone(),
         )));
     }
+    tasks.extend(capstan_capi::controllers(options.workloads.clone()));
     if let Some(interval) = options.garbage_collection {
         tasks.push(Box::new(gc::GarbageCollector::new(interval)));
     }
@@ -74,6 +93,14 @@ pub async fn run_controllers(
     client: Client,
     options: ControllerOptions,
 ) -> Result<(), RuntimeError> {
+    let mut options = options;
+    if options.workloads.is_none() {
+        // One access (one cached client per workload cluster) shared by every controller and
+        // kept across leadership terms.
+        options.workloads = Some(std::sync::Arc::new(
+            capstan_workload::KubeconfigAccess::new(client.clone()),
+        ));
+    }
     let make = {
         let options = options.clone();
         move || shipped_controllers(&options)
@@ -89,6 +116,7 @@ pub fn crds() -> Vec<Value> {
         "apiextensions.k8s.io",
         "coordination.k8s.io",
         "events.k8s.io",
+        "policy",
     ];
     capstan_apiserver::registry::builtin_crds()
         .into_iter()

@@ -340,6 +340,28 @@ pub const KINDS: &[KindInfo] = &[
     ),
     kind!(
         "",
+        "Node",
+        "nodes",
+        "node",
+        ["no"],
+        Cluster,
+        &["v1"],
+        "v1",
+        &[]
+    ),
+    kind!(
+        "policy",
+        "PodDisruptionBudget",
+        "poddisruptionbudgets",
+        "poddisruptionbudget",
+        ["pdb"],
+        Namespaced,
+        &["v1"],
+        "v1",
+        &[]
+    ),
+    kind!(
+        "",
         "Pod",
         "pods",
         "pod",

@@ -131,7 +131,7 @@ async fn serve(args: Args, style: &Style) -> anyhow::Result<Exit> {
             .state()
             .metrics
             .with_registry(|registry| metrics.register(registry));
-        let client = capstan_runtime::in_process_client(server.router());
+        let client = capstan_apiserver::in_process_client(server.router());
         let mut options = capstan_controllers::ControllerOptions::embedded(
             capstan_runtime::RunOptions::new(shutdown.clone()).with_metrics(metrics),
         );
