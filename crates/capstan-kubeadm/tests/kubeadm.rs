@@ -420,9 +420,9 @@ impl Env {
                         .is_some()
                 );
             }
-            if machine.data["metadata"]["labels"]
-                .get("cluster.x-k8s.io/control-plane")
-                .is_some()
+            if machine
+                .labels()
+                .contains_key("cluster.x-k8s.io/control-plane")
             {
                 self.etcd.add(&name);
             }
