@@ -2,6 +2,7 @@
 //!
 //! - [`ipam`]: the Metal3 IPAM pool allocator (IPClaim → IPAddress from an IPPool).
 //! - [`capstan_hosts`]: the BareMetalHost controller (when [`ControllerOptions::hosts`] is set).
+//! - [`capstan_kubeadm`]: the KubeadmConfig and KubeadmControlPlane controllers.
 //! - [`gc`]: the owner-reference garbage collector, for the embedded API server only (a real
 //!   cluster has its own).
 //!
@@ -18,7 +19,7 @@ use serde_json::Value;
 use std::time::Duration;
 
 /// How [`run_controllers`] runs.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct ControllerOptions {
     /// Shutdown, metrics, health, identity and leader election.
     pub runtime: RunOptions,
@@ -28,6 +29,26 @@ pub struct ControllerOptions {
     /// Run the BareMetalHost controller with these settings (it needs the provisioning server
     /// that shares its agent registry running in the same process).
     pub hosts: Option<capstan_hosts::HostSettings>,
+    /// Access to workload clusters, shared by every controller that reaches into one.
+    pub workloads: Option<capstan_workload::SharedWorkloadAccess>,
+    /// The etcd membership of workload clusters (KubeadmControlPlane).
+    pub etcd: Option<capstan_workload::SharedEtcdMembership>,
+    /// Base URL (reachable by nodes) of the server that mounts `capstan_kubeadm::report::router`;
+    /// `None` renders bootstrap data without step reporting.
+    pub bootstrap_report_url: Option<String>,
+}
+
+impl std::fmt::Debug for ControllerOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControllerOptions")
+            .field("runtime", &self.runtime)
+            .field("garbage_collection", &self.garbage_collection)
+            .field("hosts", &self.hosts)
+            .field("workloads", &self.workloads.is_some())
+            .field("etcd", &self.etcd.is_some())
+            .field("bootstrap_report_url", &self.bootstrap_report_url)
+            .finish()
+    }
 }
 
 impl ControllerOptions {
@@ -38,6 +59,9 @@ impl ControllerOptions {
             runtime,
             garbage_collection: Some(gc::DEFAULT_SWEEP_INTERVAL),
             hosts: None,
+            workloads: None,
+            etcd: None,
+            bootstrap_report_url: None,
         }
     }
 
@@ -48,6 +72,9 @@ impl ControllerOptions {
             runtime,
             garbage_collection: None,
             hosts: None,
+            workloads: None,
+            etcd: None,
+            bootstrap_report_url: None,
         }
     }
 }
@@ -63,6 +90,11 @@ pub fn shipped_controllers(options: &ControllerOptions) -> Vec<Box<dyn Task>> {
             settings.clone(),
         )));
     }
+    tasks.extend(capstan_kubeadm::controllers(
+        options.workloads.clone(),
+        options.etcd.clone(),
+        options.bootstrap_report_url.clone(),
+    ));
     if let Some(interval) = options.garbage_collection {
         tasks.push(Box::new(gc::GarbageCollector::new(interval)));
     }
