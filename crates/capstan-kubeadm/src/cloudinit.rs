@@ -333,14 +333,14 @@ fn disk_setup(spec: &Value, config: &mut Map<String, Value>) {
 /// The cloud-config of `data`, with the `## template: jinja` header.
 pub fn render(data: &BootstrapData<'_>) -> Result<String, CloudInitError> {
     let mut files = Vec::new();
-    if data.role != Role::JoinWorker {
-        if let Some(certificates) = data.certificates {
-            for purpose in Purpose::ALL {
-                let material = certificates.get(purpose);
-                let (cert_path, key_path) = purpose.node_paths();
-                files.push(WriteFile::plain(cert_path, "0640", material.cert.clone()));
-                files.push(WriteFile::plain(key_path, "0600", material.key.clone()));
-            }
+    if data.role != Role::JoinWorker
+        && let Some(certificates) = data.certificates
+    {
+        for purpose in Purpose::ALL {
+            let material = certificates.get(purpose);
+            let (cert_path, key_path) = purpose.node_paths();
+            files.push(WriteFile::plain(cert_path, "0640", material.cert.clone()));
+            files.push(WriteFile::plain(key_path, "0600", material.key.clone()));
         }
     }
     files.extend(data.files.iter().cloned());

@@ -578,19 +578,16 @@ impl ControlPlaneController {
                         ),
                     )));
                 }
-                if target.leader {
-                    if let Some(next) = remaining.iter().find(|m| m.healthy) {
-                        if let Err(err) = etcd.move_leader(key, &next.name).await {
-                            return Ok(Err((
-                                "EtcdLeaderMoveFailed",
-                                format!(
-                                    "moving etcd leadership from {node} to {}: {err}",
-                                    next.name
-                                ),
-                            )));
-                        }
-                        tracing::info!(cluster = %key, from = %node, to = %next.name, "moved etcd leadership");
+                if target.leader
+                    && let Some(next) = remaining.iter().find(|m| m.healthy)
+                {
+                    if let Err(err) = etcd.move_leader(key, &next.name).await {
+                        return Ok(Err((
+                            "EtcdLeaderMoveFailed",
+                            format!("moving etcd leadership from {node} to {}: {err}", next.name),
+                        )));
                     }
+                    tracing::info!(cluster = %key, from = %node, to = %next.name, "moved etcd leadership");
                 }
                 if let Err(err) = etcd.remove_member(key, &node).await {
                     return Ok(Err((
@@ -812,8 +809,6 @@ impl Reconciler for ControlPlaneController {
             ));
         } else if let Some(message) = minor_skew(&kcp.spec.version, &members) {
             refusal = Some(("VersionSkewNotAllowed", message));
-        } else if endpoint.is_none() {
-            refusal = None;
         }
         if replicas >= 2 && replicas % 2 == 0 && refusal.is_none() {
             accepted = conditions::condition(
@@ -840,16 +835,11 @@ impl Reconciler for ControlPlaneController {
         } else {
             decide(&members, replicas, surge, initialized)
         };
-        if let Step::Refuse { reason, message } = &step {
-            if refusal.is_none() {
-                accepted = conditions::condition(
-                    "SpecAccepted",
-                    FALSE,
-                    reason,
-                    message.clone(),
-                    generation,
-                );
-            }
+        if let Step::Refuse { reason, message } = &step
+            && refusal.is_none()
+        {
+            accepted =
+                conditions::condition("SpecAccepted", FALSE, reason, message.clone(), generation);
         }
         let previous_accepted = conditions::get(&current.conditions, "SpecAccepted").cloned();
 

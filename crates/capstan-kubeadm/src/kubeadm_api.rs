@@ -112,10 +112,10 @@ fn translate(value: &mut Value, api: KubeadmApi) {
             for key in CAPI_ONLY {
                 map.remove(*key);
             }
-            if let Some(ttl) = map.remove("ttlSeconds") {
-                if let Some(seconds) = ttl.as_i64() {
-                    map.insert("ttl".into(), Value::String(format!("{seconds}s")));
-                }
+            if let Some(ttl) = map.remove("ttlSeconds")
+                && let Some(seconds) = ttl.as_i64()
+            {
+                map.insert("ttl".into(), Value::String(format!("{seconds}s")));
             }
             for (key, child) in map.iter_mut() {
                 if key == "extraArgs" || key == "kubeletExtraArgs" {
@@ -205,10 +205,10 @@ fn timeouts(
                     api_server.insert("timeoutForControlPlane".into(), t);
                 }
             }
-            if let Some(t) = capi.get("tlsBootstrapSeconds").and_then(duration) {
-                if let Some(Value::Object(discovery)) = section.get_mut("discovery") {
-                    discovery.insert("timeout".into(), t);
-                }
+            if let Some(t) = capi.get("tlsBootstrapSeconds").and_then(duration)
+                && let Some(Value::Object(discovery)) = section.get_mut("discovery")
+            {
+                discovery.insert("timeout".into(), t);
             }
         }
     }

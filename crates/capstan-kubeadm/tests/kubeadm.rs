@@ -982,17 +982,15 @@ async fn version_rollout_with_max_surge_zero() {
     assert_eq!(env.kcp_machines("c4-cp").await.len(), 3);
     env.patch(&kcps_r(), "c4-cp", json!({"spec": {"version": "v1.32.1"}}))
         .await;
-    let most = Mutex::new(0usize);
+    let most = std::sync::atomic::AtomicUsize::new(0);
     env.converge("the rollout", || async {
         let count = env.kcp_machines("c4-cp").await.len();
-        let mut most = most.lock().unwrap();
-        *most = (*most).max(count);
-        drop(most);
+        most.fetch_max(count, std::sync::atomic::Ordering::Relaxed);
         settled(&env, "c4-cp", 3, "v1.32.1").await
     })
     .await;
     assert!(
-        *most.lock().unwrap() <= 3,
+        most.load(std::sync::atomic::Ordering::Relaxed) <= 3,
         "maxSurge 0 never adds a fourth Machine"
     );
     let after: BTreeSet<String> = env
@@ -1024,10 +1022,10 @@ async fn failing_bootstrap_step_is_reported_on_the_config() {
     env.kcp("c5-cp", "c5", 1, "v1.31.2", 1).await;
     let deadline = tokio::time::Instant::now() + WAIT;
     let machine = loop {
-        if let Some(machine) = env.kcp_machines("c5-cp").await.first() {
-            if env.secret(&machine.name_any()).await.is_some() {
-                break machine.name_any();
-            }
+        if let Some(machine) = env.kcp_machines("c5-cp").await.first()
+            && env.secret(&machine.name_any()).await.is_some()
+        {
+            break machine.name_any();
         }
         assert!(tokio::time::Instant::now() < deadline, "no bootstrap data");
         tokio::time::sleep(POLL).await;
