@@ -13,6 +13,7 @@
 pub mod gc;
 pub mod ipam;
 
+pub use capstan_kubeadm::report::router as bootstrap_report_router;
 use capstan_runtime::{RunOptions, RuntimeError, Task, controller_task};
 use kube::Client;
 use serde_json::Value;
