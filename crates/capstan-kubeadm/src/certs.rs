@@ -575,4 +575,105 @@ mod tests {
         assert_eq!(server_url("fd00::1", 6443), "https://[fd00::1]:6443");
         assert_eq!(server_url("cp.example", 443), "https://cp.example:443");
     }
+
+    fn openssl(args: &[&str], dir: &std::path::Path) -> String {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl is installed");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    #[test]
+    fn cas_are_cas_and_client_certificates_chain_to_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = generate(Purpose::ClusterCa).unwrap();
+        let other_ca = generate(Purpose::EtcdCa).unwrap();
+        let client = client_certificate(&ca, "kubernetes-admin", Some("system:masters")).unwrap();
+        std::fs::write(dir.path().join("ca.crt"), &ca.cert).unwrap();
+        std::fs::write(dir.path().join("other.crt"), &other_ca.cert).unwrap();
+        std::fs::write(dir.path().join("client.crt"), &client.cert).unwrap();
+        std::fs::write(dir.path().join("client.key"), &client.key).unwrap();
+
+        let text = openssl(&["x509", "-in", "ca.crt", "-noout", "-text"], dir.path());
+        assert!(text.contains("CA:TRUE"), "{text}");
+        assert!(text.contains("Certificate Sign"), "{text}");
+        assert!(
+            text.contains("CN=kubernetes") || text.contains("CN = kubernetes"),
+            "{text}"
+        );
+        let verified = openssl(
+            &[
+                "verify",
+                "-CAfile",
+                "ca.crt",
+                "-purpose",
+                "sslclient",
+                "client.crt",
+            ],
+            dir.path(),
+        );
+        assert!(verified.contains("client.crt: OK"), "{verified}");
+        let refused = std::process::Command::new("openssl")
+            .args(["verify", "-CAfile", "other.crt", "client.crt"])
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(!refused.status.success(), "a foreign CA must not verify it");
+        let subject = openssl(
+            &["x509", "-in", "client.crt", "-noout", "-subject"],
+            dir.path(),
+        );
+        assert!(
+            subject.contains("system:masters") && subject.contains("kubernetes-admin"),
+            "{subject}"
+        );
+        // The key is the certificate's.
+        let cert_key = openssl(
+            &["x509", "-in", "client.crt", "-noout", "-pubkey"],
+            dir.path(),
+        );
+        let key_pub = openssl(&["pkey", "-in", "client.key", "-pubout"], dir.path());
+        assert_eq!(cert_key, key_pub);
+        // Ten years for CAs, one for the client.
+        let dates = openssl(&["x509", "-in", "ca.crt", "-noout", "-enddate"], dir.path());
+        let year = jiff::Timestamp::now()
+            .to_zoned(jiff::tz::TimeZone::UTC)
+            .year()
+            + 10;
+        assert!(dates.contains(&year.to_string()), "{dates}");
+    }
+
+    #[test]
+    fn service_account_pair_matches_and_ca_hash_is_stable() {
+        let dir = tempfile::tempdir().unwrap();
+        let sa = generate(Purpose::ServiceAccount).unwrap();
+        std::fs::write(dir.path().join("sa.key"), &sa.key).unwrap();
+        let derived = openssl(&["pkey", "-in", "sa.key", "-pubout"], dir.path());
+        assert_eq!(derived.trim(), sa.cert.trim());
+
+        let ca = generate(Purpose::ClusterCa).unwrap();
+        std::fs::write(dir.path().join("ca.crt"), &ca.cert).unwrap();
+        // kubeadm's discovery hash: sha256 of the certificate's SubjectPublicKeyInfo.
+        let spki = std::process::Command::new("sh")
+            .arg("-c")
+            .arg("openssl x509 -in ca.crt -noout -pubkey | openssl pkey -pubin -outform DER | openssl dgst -sha256 -hex")
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        let expected = String::from_utf8_lossy(&spki.stdout);
+        let hash = ca_cert_hash(&ca, "c-ca", "ns").unwrap();
+        assert!(
+            expected
+                .trim()
+                .ends_with(hash.trim_start_matches("sha256:")),
+            "{expected} vs {hash}"
+        );
+    }
 }

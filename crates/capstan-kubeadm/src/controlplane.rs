@@ -284,11 +284,12 @@ impl ControlPlaneController {
             }))
     }
 
-    async fn initialized(&self, kcp: &KubeadmControlPlane, key: &ClusterKey) -> bool {
-        let remembered = kcp
-            .status
-            .as_ref()
-            .is_some_and(|s| s.initialized == Some(true));
+    async fn initialized(&self, raw_kcp: &DynamicObject, key: &ClusterKey) -> bool {
+        let remembered = raw_kcp
+            .data
+            .pointer("/status/initialization/controlPlaneInitialized")
+            .and_then(Value::as_bool)
+            == Some(true);
         if remembered {
             return true;
         }
@@ -786,14 +787,15 @@ impl Reconciler for ControlPlaneController {
             })
             .collect();
         let mut problem: Option<(&'static str, String)> = None;
-        for member in members.iter().filter(|m| !m.deleting) {
+        // A Machine with a Node had its config and infra machine; only the others are checked.
+        for member in members.iter().filter(|m| !m.deleting && !m.ready) {
             if let Err(message) =
                 Self::complete_machine(client, &member.machine, &spec, &namespace).await?
             {
                 problem = Some(("InvalidMachineTemplate", message));
             }
         }
-        let initialized = self.initialized(&kcp, &key).await;
+        let initialized = self.initialized(&raw_kcp, &key).await;
         let replicas = i64::from(kcp.spec.replicas.unwrap_or(1));
         let surge = max_surge(&spec);
 
