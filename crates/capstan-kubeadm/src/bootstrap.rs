@@ -643,6 +643,20 @@ impl BootstrapController {
                 format!("Cluster {cluster_name} has no spec.controlPlaneEndpoint yet"),
             ));
         };
+        if let Some(format) = spec
+            .get("format")
+            .and_then(Value::as_str)
+            .filter(|f| *f != "cloud-config")
+        {
+            return Ok(Outcome::Waiting {
+                reason: "InvalidSpec",
+                message: format!(
+                    "spec.format {format:?} is not supported; capstan writes cloud-config (remove spec.format or set it to cloud-config)"
+                ),
+                requeue: None,
+                warn: true,
+            });
+        }
         let Some(version) = machine.spec.version.clone() else {
             return Ok(Outcome::Waiting {
                 reason: "InvalidSpec",
