@@ -62,13 +62,17 @@ impl BootMediaBuilder for RamdiskMedia {
 pub struct Provisioning {
     pub settings: HostSettings,
     pub url: String,
+    /// Where nodes report their bootstrap steps (the same server, as hosts reach it).
+    pub report_url: String,
 }
 
-/// Starts the provisioning server (until `shutdown`) and returns the host controller settings.
+/// Starts the provisioning server (until `shutdown`) and returns the host controller settings. The
+/// server also takes nodes' bootstrap reports, stored through `management`.
 pub async fn start(
     args: &ProvisioningArgs,
     data_dir: Option<&Path>,
     shutdown: capstan_runtime::CancellationToken,
+    management: kube::Client,
 ) -> anyhow::Result<Option<Provisioning>> {
     if args.no_hosts {
         return Ok(None);
@@ -99,13 +103,15 @@ pub async fn start(
         None => None,
     };
     let images_dir = args.images_dir.clone().or_else(|| default_dir("images"));
+    let report_url = args.agent_url.clone().unwrap_or_else(|| url.clone());
     let registry = Arc::new(AgentRegistry::new(ServerSettings {
         agent_url: args.agent_url.clone().unwrap_or_else(|| url.clone()),
         media_url: args.media_url.clone().unwrap_or_else(|| url.clone()),
         images_dir,
         boot_media,
     }));
-    let router = capstan_hosts::agent_server::router(registry.clone());
+    let router = capstan_hosts::agent_server::router(registry.clone())
+        .merge(capstan_controllers::bootstrap_report_router(management));
     tokio::spawn(async move {
         let served = axum::serve(listener, router)
             .with_graceful_shutdown(shutdown.cancelled_owned())
@@ -119,5 +125,9 @@ pub async fn start(
     settings.bmc_trust = bmc_trust;
     settings.boot_timeout = Duration::from_secs(args.boot_timeout);
     settings.simulated_step_time = Duration::from_millis(args.fake_step_ms);
-    Ok(Some(Provisioning { settings, url }))
+    Ok(Some(Provisioning {
+        settings,
+        url,
+        report_url,
+    }))
 }

@@ -4,6 +4,7 @@
 //! - [`capstan_hosts`]: the BareMetalHost controller (when [`ControllerOptions::hosts`] is set).
 //! - [`capstan_capi`]: the Cluster API core controllers (Cluster, Machine, MachineSet,
 //!   MachineDeployment), reaching workload clusters through [`ControllerOptions::workloads`].
+//! - [`capstan_kubeadm`]: the KubeadmConfig and KubeadmControlPlane controllers.
 //! - [`gc`]: the owner-reference garbage collector, for the embedded API server only (a real
 //!   cluster has its own).
 //!
@@ -14,6 +15,7 @@
 pub mod gc;
 pub mod ipam;
 
+pub use capstan_kubeadm::report::router as bootstrap_report_router;
 use capstan_runtime::{RunOptions, RuntimeError, Task, controller_task};
 use kube::Client;
 use serde_json::Value;
@@ -33,6 +35,11 @@ pub struct ControllerOptions {
     /// How controllers reach workload clusters; `None` is a kubeconfig-based access
     /// (`<cluster>-kubeconfig` Secrets) on the management client.
     pub workloads: Option<capstan_workload::SharedWorkloadAccess>,
+    /// The etcd membership of workload clusters (KubeadmControlPlane).
+    pub etcd: Option<capstan_workload::SharedEtcdMembership>,
+    /// Base URL (reachable by nodes) of the server that mounts `capstan_kubeadm::report::router`;
+    /// `None` renders bootstrap data without step reporting.
+    pub bootstrap_report_url: Option<String>,
 }
 
 impl std::fmt::Debug for ControllerOptions {
@@ -42,6 +49,9 @@ impl std::fmt::Debug for ControllerOptions {
             .field("garbage_collection", &self.garbage_collection)
             .field("hosts", &self.hosts)
             .field("workloads", &self.workloads.as_ref().map(|_| "custom"))
+            .field("workloads", &self.workloads.is_some())
+            .field("etcd", &self.etcd.is_some())
+            .field("bootstrap_report_url", &self.bootstrap_report_url)
             .finish()
     }
 }
@@ -55,6 +65,8 @@ impl ControllerOptions {
             garbage_collection: Some(gc::DEFAULT_SWEEP_INTERVAL),
             hosts: None,
             workloads: None,
+            etcd: None,
+            bootstrap_report_url: None,
         }
     }
 
@@ -66,6 +78,8 @@ impl ControllerOptions {
             garbage_collection: None,
             hosts: None,
             workloads: None,
+            etcd: None,
+            bootstrap_report_url: None,
         }
     }
 }
@@ -82,6 +96,11 @@ pub fn shipped_controllers(options: &ControllerOptions) -> Vec<Box<dyn Task>> {
         )));
     }
     tasks.extend(capstan_capi::controllers(options.workloads.clone()));
+    tasks.extend(capstan_kubeadm::controllers(
+        options.workloads.clone(),
+        options.etcd.clone(),
+        options.bootstrap_report_url.clone(),
+    ));
     if let Some(interval) = options.garbage_collection {
         tasks.push(Box::new(gc::GarbageCollector::new(interval)));
     }

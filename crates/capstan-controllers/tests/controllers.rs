@@ -94,6 +94,8 @@ impl Env {
             garbage_collection,
             hosts: None,
             workloads: None,
+            etcd: None,
+            bootstrap_report_url: None,
         };
         let client = in_process_client(self.server.router());
         self.instances

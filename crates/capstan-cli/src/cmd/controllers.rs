@@ -74,12 +74,14 @@ pub fn run(args: Args, _style: &Style) -> anyhow::Result<Exit> {
         );
         let mut controller_options = capstan_controllers::ControllerOptions::standalone(options);
         if let Some(provisioning) =
-            crate::provisioning::start(&args.provisioning, None, shutdown.clone()).await?
+            crate::provisioning::start(&args.provisioning, None, shutdown.clone(), client.clone())
+                .await?
         {
             eprintln!(
                 "capstan controllers: provisioning server at {}",
                 provisioning.url
             );
+            controller_options.bootstrap_report_url = Some(provisioning.report_url);
             controller_options.hosts = Some(provisioning.settings);
         }
         let result = capstan_controllers::run_controllers(client, controller_options).await;

@@ -135,11 +135,16 @@ async fn serve(args: Args, style: &Style) -> anyhow::Result<Exit> {
         let mut options = capstan_controllers::ControllerOptions::embedded(
             capstan_runtime::RunOptions::new(shutdown.clone()).with_metrics(metrics),
         );
-        if let Some(provisioning) =
-            crate::provisioning::start(&args.provisioning, Some(&data_dir), shutdown.clone())
-                .await?
+        if let Some(provisioning) = crate::provisioning::start(
+            &args.provisioning,
+            Some(&data_dir),
+            shutdown.clone(),
+            client.clone(),
+        )
+        .await?
         {
             eprintln!("capstan serve: provisioning server at {}", provisioning.url);
+            options.bootstrap_report_url = Some(provisioning.report_url);
             options.hosts = Some(provisioning.settings);
         }
         Some(tokio::spawn(capstan_controllers::run_controllers(

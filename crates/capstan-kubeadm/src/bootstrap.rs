@@ -1,0 +1,1210 @@
+//! The KubeadmConfig controller (`bootstrap.cluster.x-k8s.io/v1beta2`): a Machine's bootstrap data,
+//! as Cluster API's kubeadm bootstrap provider makes it.
+//!
+//! One pass:
+//! 1. Find the Machine (owner reference, else the Machine whose `spec.bootstrap.configRef` names
+//!    the config) and its Cluster; fold bootstrap reports into `BootstrapSucceeded`.
+//! 2. Data already written (Secret `<config>`): keep a joining node's bootstrap token alive in the
+//!    workload cluster until the Machine has a `nodeRef`; nothing is ever rendered twice.
+//! 3. Wait for the Cluster's `controlPlaneEndpoint`.
+//! 4. Control plane not initialised (`Cluster.status.initialization.controlPlaneInitialized`):
+//!    workers and joining control planes wait; a control-plane config with init/cluster
+//!    configuration takes the init lock (ConfigMap `<cluster>-lock`, data `lock-information`
+//!    `{"machineName": …}`, owned by the Cluster, as Cluster API keeps it) and renders
+//!    `kubeadm init`. The lock outlives restarts; it is released once the control plane is
+//!    initialised, or taken over when its holder Machine no longer exists. So `kubeadm init` is
+//!    rendered for one Machine per cluster.
+//! 5. Initialised: create a bootstrap token in the workload cluster (Secret
+//!    `kube-system/bootstrap-token-<id>`, type `bootstrap.kubernetes.io/token`) and render
+//!    `kubeadm join` (with `controlPlane` and the cluster's keys on control-plane Machines).
+//! 6. Write the data Secret (`cluster.x-k8s.io/secret`, keys `value` and `format`, owned by the
+//!    config) and then status: `dataSecretName`, `initialization.dataSecretCreated`, `ready`,
+//!    conditions.
+//!
+//! Conditions: `Ready`, `DataSecretAvailable` (reasons `WaitingForMachine`,
+//! `WaitingForControlPlaneEndpoint`, `WaitingForControlPlaneInitialized`, `WaitingForInitLock`,
+//! `WaitingForWorkloadCluster`, `InvalidSpec`, `MissingSecret`, `DataSecretCreated`) and
+//! `BootstrapSucceeded` from the node's reports ([`crate::report`]).
+
+use crate::certs::{self, CertError, ClusterCertificates, KeyMaterial, Purpose};
+use crate::cloudinit::{self, BootstrapData, Reporting, Role, WriteFile};
+use crate::kubeadm_api::{self, ClusterFacts, Discovery, KubeVersion};
+use crate::report;
+use capstan_model::capi::v1beta2::{Cluster, Machine};
+use capstan_model::kubeadm::v1beta2::KubeadmConfig;
+use capstan_model::meta::{Condition, LABEL_CLUSTER_NAME, LABEL_CONTROL_PLANE};
+use capstan_runtime::conditions::{self, FALSE, TRUE};
+use capstan_runtime::{Action, Context, EventType, Reconciler};
+use capstan_workload::{ClusterKey, SharedWorkloadAccess, WorkloadError};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, ListParams, ObjectMeta, Patch, PatchParams,
+    PostParams, Preconditions,
+};
+use kube::runtime::controller::Controller;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Name of the controller.
+pub const CONTROLLER: &str = "kubeadm-bootstrap";
+/// Data key of the init lock ConfigMap (as Cluster API names it).
+pub const LOCK_KEY: &str = "lock-information";
+/// Annotation on the data Secret naming the bootstrap token id (the id is public; the secret half
+/// is only in the data).
+pub const ANNOTATION_TOKEN_ID: &str = "bootstrap.capstan.io/token-id";
+/// Default lifetime of bootstrap tokens (Cluster API's default).
+pub const DEFAULT_TOKEN_TTL: Duration = Duration::from_secs(15 * 60);
+/// Condition type: the bootstrap data Secret exists.
+pub const DATA_SECRET_AVAILABLE: &str = "DataSecretAvailable";
+/// How long to wait before looking again at something no watch reports (the workload cluster).
+const POLL: Duration = Duration::from_secs(10);
+
+/// Why a bootstrap reconcile failed (retried with backoff).
+#[derive(Debug, thiserror::Error)]
+pub enum BootstrapError {
+    #[error("{verb} {kind} {namespace}/{name}")]
+    Api {
+        verb: &'static str,
+        kind: &'static str,
+        namespace: String,
+        name: String,
+        source: Box<kube::Error>,
+    },
+    #[error("workload cluster")]
+    Workload(#[from] WorkloadError),
+    #[error("certificates")]
+    Certs(#[from] CertError),
+    #[error("rendering the cloud-config")]
+    Render(#[from] cloudinit::CloudInitError),
+    #[error("{kind} {name} has no namespace")]
+    NoNamespace { kind: &'static str, name: String },
+}
+
+pub(crate) fn api_error(
+    verb: &'static str,
+    kind: &'static str,
+    namespace: &str,
+    name: &str,
+) -> impl FnOnce(kube::Error) -> BootstrapError {
+    let namespace = namespace.to_owned();
+    let name = name.to_owned();
+    move |source| BootstrapError::Api {
+        verb,
+        kind,
+        namespace,
+        name,
+        source: Box::new(source),
+    }
+}
+
+/// What the bootstrap controller needs besides the API.
+#[derive(Clone)]
+pub struct BootstrapSettings {
+    /// Access to workload clusters (bootstrap tokens); without it joins wait.
+    pub workloads: Option<SharedWorkloadAccess>,
+    /// The base URL of the report server nodes can reach; `None` renders no reporting.
+    pub report_base_url: Option<String>,
+    /// Lifetime of bootstrap tokens (extended while less than [`Self::refresh_below`] is left).
+    pub token_ttl: Duration,
+}
+
+impl Default for BootstrapSettings {
+    fn default() -> Self {
+        Self {
+            workloads: None,
+            report_base_url: None,
+            token_ttl: DEFAULT_TOKEN_TTL,
+        }
+    }
+}
+
+impl BootstrapSettings {
+    /// A token whose remaining lifetime is below this is extended.
+    pub fn refresh_below(&self) -> Duration {
+        self.token_ttl * 2 / 3
+    }
+}
+
+/// The KubeadmConfig controller.
+pub struct BootstrapController {
+    settings: BootstrapSettings,
+}
+
+impl BootstrapController {
+    pub fn new(settings: BootstrapSettings) -> Self {
+        Self { settings }
+    }
+}
+
+/// The KubeadmConfig kind, read untyped so no field of the spec is lost.
+pub fn kubeadm_config_resource() -> ApiResource {
+    ApiResource {
+        group: "bootstrap.cluster.x-k8s.io".into(),
+        version: "v1beta2".into(),
+        api_version: "bootstrap.cluster.x-k8s.io/v1beta2".into(),
+        kind: "KubeadmConfig".into(),
+        plural: "kubeadmconfigs".into(),
+    }
+}
+
+/// What a pass decided, before status is written.
+enum Outcome {
+    /// The data Secret exists.
+    Ready { created_now: Option<Role> },
+    /// Not yet; the reason and message go into `DataSecretAvailable`.
+    Waiting {
+        reason: &'static str,
+        message: String,
+        requeue: Option<Duration>,
+        warn: bool,
+    },
+}
+
+fn waiting(reason: &'static str, message: impl Into<String>) -> Outcome {
+    Outcome::Waiting {
+        reason,
+        message: message.into(),
+        requeue: None,
+        warn: false,
+    }
+}
+
+fn is_not_found(err: &kube::Error) -> bool {
+    matches!(err, kube::Error::Api(status) if status.is_not_found())
+}
+
+fn owner_reference<K: Resource<DynamicType = ()>>(object: &K, controller: bool) -> OwnerReference {
+    OwnerReference {
+        api_version: K::api_version(&()).into_owned(),
+        kind: K::kind(&()).into_owned(),
+        name: object.name_any(),
+        uid: object.uid().unwrap_or_default(),
+        controller: controller.then_some(true),
+        block_owner_deletion: controller.then_some(true),
+    }
+}
+
+/// The Machine a config bootstraps.
+async fn find_machine(
+    client: &Client,
+    config: &KubeadmConfig,
+    namespace: &str,
+) -> Result<Option<Machine>, BootstrapError> {
+    let machines: Api<Machine> = Api::namespaced(client.clone(), namespace);
+    if let Some(owner) = config
+        .owner_references()
+        .iter()
+        .find(|o| o.kind == "Machine" && o.api_version.starts_with("cluster.x-k8s.io/"))
+    {
+        return machines.get_opt(&owner.name).await.map_err(api_error(
+            "reading",
+            "Machine",
+            namespace,
+            &owner.name,
+        ));
+    }
+    let name = config.name_any();
+    let mut params = ListParams::default();
+    if let Some(cluster) = config.labels().get(LABEL_CLUSTER_NAME) {
+        params = params.labels(&format!("{LABEL_CLUSTER_NAME}={cluster}"));
+    }
+    Ok(machines
+        .list(&params)
+        .await
+        .map_err(api_error("listing", "Machine", namespace, ""))?
+        .items
+        .into_iter()
+        .find(|m| {
+            m.spec
+                .bootstrap
+                .config_ref
+                .as_ref()
+                .is_some_and(|r| r.kind == "KubeadmConfig" && r.name == name)
+        }))
+}
+
+/// Whether the Cluster says its control plane is initialised.
+pub fn control_plane_initialized(cluster: &Cluster) -> bool {
+    cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.initialization.as_ref())
+        .and_then(|i| i.get("controlPlaneInitialized"))
+        .and_then(Value::as_bool)
+        == Some(true)
+}
+
+fn endpoint(cluster: &Cluster) -> Option<(String, u16)> {
+    let endpoint = cluster.spec.control_plane_endpoint.as_ref()?;
+    if endpoint.host.is_empty() {
+        return None;
+    }
+    let port = u16::try_from(endpoint.port)
+        .ok()
+        .filter(|p| *p != 0)
+        .unwrap_or(6443);
+    Some((endpoint.host.clone(), port))
+}
+
+fn host_port(host: &str, port: u16) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// A new bootstrap token `id.secret`.
+pub fn new_bootstrap_token() -> (String, String) {
+    use rand::Rng;
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut rng = rand::rng();
+    let mut pick = |n: usize| -> String {
+        (0..n)
+            .map(|_| char::from(ALPHABET[rng.random_range(0..ALPHABET.len())]))
+            .collect()
+    };
+    (pick(6), pick(16))
+}
+
+fn expiration(ttl: Duration) -> String {
+    let at = jiff::Timestamp::now()
+        + jiff::SignedDuration::from_secs(i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX / 2));
+    at.round(jiff::Unit::Second)
+        .map_or_else(|_| at.to_string(), |t| t.to_string())
+}
+
+/// The workload-cluster Secret of bootstrap token `id.secret`.
+pub fn bootstrap_token_secret(id: &str, secret: &str, ttl: Duration) -> Secret {
+    let data = [
+        ("token-id", id.to_owned()),
+        ("token-secret", secret.to_owned()),
+        ("expiration", expiration(ttl)),
+        ("usage-bootstrap-authentication", "true".to_owned()),
+        ("usage-bootstrap-signing", "true".to_owned()),
+        (
+            "auth-extra-groups",
+            "system:bootstrappers:kubeadm:default-node-token".to_owned(),
+        ),
+        (
+            "description",
+            "Machine bootstrap token, created by capstan".to_owned(),
+        ),
+    ];
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(format!("bootstrap-token-{id}")),
+            namespace: Some("kube-system".to_owned()),
+            ..ObjectMeta::default()
+        },
+        type_: Some("bootstrap.kubernetes.io/token".to_owned()),
+        data: Some(
+            data.into_iter()
+                .map(|(k, v)| (k.to_owned(), ByteString(v.into_bytes())))
+                .collect(),
+        ),
+        ..Secret::default()
+    }
+}
+
+fn secret_text(secret: &Secret, key: &str) -> Option<String> {
+    secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .map(|v| String::from_utf8_lossy(&v.0).into_owned())
+}
+
+impl BootstrapController {
+    /// Keeps the token of a joining node alive until its Machine has a `nodeRef`. Returns when to
+    /// look again.
+    async fn refresh_token(
+        &self,
+        data: &Secret,
+        machine: &Machine,
+        cluster: &ClusterKey,
+    ) -> Result<Option<Duration>, BootstrapError> {
+        let Some(id) = data.annotations().get(ANNOTATION_TOKEN_ID) else {
+            return Ok(None);
+        };
+        if machine
+            .status
+            .as_ref()
+            .and_then(|s| s.node_ref.as_ref())
+            .is_some()
+        {
+            return Ok(None);
+        }
+        let Some(workloads) = &self.settings.workloads else {
+            return Ok(None);
+        };
+        let client = match workloads.client(cluster).await {
+            Ok(client) => client,
+            Err(err) => {
+                tracing::debug!(cluster = %cluster, error = %err, "token refresh waits for the workload API");
+                return Ok(Some(POLL));
+            }
+        };
+        let tokens: Api<Secret> = Api::namespaced(client, "kube-system");
+        let name = format!("bootstrap-token-{id}");
+        let ttl = self.settings.token_ttl;
+        match tokens.get_opt(&name).await.map_err(api_error(
+            "reading",
+            "workload Secret",
+            "kube-system",
+            &name,
+        ))? {
+            Some(token) => {
+                let remaining = secret_text(&token, "expiration")
+                    .and_then(|e| e.parse::<jiff::Timestamp>().ok())
+                    .map(|at| at.duration_since(jiff::Timestamp::now()));
+                let below = jiff::SignedDuration::try_from(self.settings.refresh_below())
+                    .unwrap_or(jiff::SignedDuration::ZERO);
+                if remaining.is_none_or(|r| r < below) {
+                    let patch = json!({"data": {"expiration": base64_of(&expiration(ttl))}});
+                    tokens
+                        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await
+                        .map_err(api_error(
+                            "refreshing",
+                            "workload Secret",
+                            "kube-system",
+                            &name,
+                        ))?;
+                    tracing::info!(cluster = %cluster, token_id = %id, "bootstrap token refreshed");
+                }
+            }
+            None => {
+                // Expired and removed by the token cleaner before the node joined: bring the same
+                // token back, since the node's data carries it.
+                let value = secret_text(data, "value").unwrap_or_default();
+                let pattern = format!(r"\b{}\.([a-z0-9]{{16}})\b", regex::escape(id));
+                let found = regex::Regex::new(&pattern).ok().and_then(|re| {
+                    re.captures(&value)
+                        .and_then(|c| c.get(1))
+                        .map(|m| m.as_str().to_owned())
+                });
+                if let Some(secret) = found {
+                    match tokens
+                        .create(
+                            &PostParams::default(),
+                            &bootstrap_token_secret(id, &secret, ttl),
+                        )
+                        .await
+                    {
+                        Ok(_) => {
+                            tracing::info!(cluster = %cluster, token_id = %id, "bootstrap token recreated")
+                        }
+                        Err(kube::Error::Api(s)) if s.is_already_exists() => {}
+                        Err(e) => {
+                            return Err(api_error(
+                                "creating",
+                                "workload Secret",
+                                "kube-system",
+                                &name,
+                            )(e));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(Some((ttl / 3).max(Duration::from_secs(1))))
+    }
+
+    async fn resolve_files(
+        client: &Client,
+        spec: &Value,
+        namespace: &str,
+    ) -> Result<Result<(Vec<WriteFile>, Vec<(String, String)>), String>, BootstrapError> {
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+        let mut files = Vec::new();
+        let items = spec
+            .get("files")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        for (index, file) in items.iter().enumerate() {
+            let path = file
+                .get("path")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            let content = match file.pointer("/contentFrom/secret") {
+                Some(from) => {
+                    let name = from.get("name").and_then(Value::as_str).unwrap_or_default();
+                    let key = from.get("key").and_then(Value::as_str).unwrap_or_default();
+                    let secret = secrets
+                        .get_opt(name)
+                        .await
+                        .map_err(api_error("reading", "Secret", namespace, name))?;
+                    match secret.as_ref().and_then(|s| secret_text(s, key)) {
+                        Some(content) => content,
+                        None => {
+                            return Ok(Err(format!(
+                                "spec.files[{index}] ({path}): contentFrom names key {key:?} of Secret {namespace}/{name}, which does not exist; create it"
+                            )));
+                        }
+                    }
+                }
+                None => file
+                    .get("content")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
+            };
+            files.push(WriteFile {
+                path,
+                owner: file
+                    .get("owner")
+                    .and_then(Value::as_str)
+                    .unwrap_or("root:root")
+                    .to_owned(),
+                permissions: file
+                    .get("permissions")
+                    .and_then(Value::as_str)
+                    .unwrap_or("0644")
+                    .to_owned(),
+                encoding: file
+                    .get("encoding")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+                append: file.get("append").and_then(Value::as_bool).unwrap_or(false),
+                content,
+            });
+        }
+        let mut passwords = Vec::new();
+        let users = spec
+            .get("users")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        for (index, user) in users.iter().enumerate() {
+            let Some(from) = user.pointer("/passwdFrom/secret") else {
+                continue;
+            };
+            let name = from.get("name").and_then(Value::as_str).unwrap_or_default();
+            let key = from.get("key").and_then(Value::as_str).unwrap_or_default();
+            let secret = secrets
+                .get_opt(name)
+                .await
+                .map_err(api_error("reading", "Secret", namespace, name))?;
+            match secret.as_ref().and_then(|s| secret_text(s, key)) {
+                Some(password) => passwords.push((
+                    user.get("name")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned(),
+                    password,
+                )),
+                None => {
+                    return Ok(Err(format!(
+                        "spec.users[{index}]: passwdFrom names key {key:?} of Secret {namespace}/{name}, which does not exist; create it"
+                    )));
+                }
+            }
+        }
+        Ok(Ok((files, passwords)))
+    }
+
+    /// Takes the init lock of `cluster` for `machine`; `Ok(false)` when another Machine holds it.
+    async fn acquire_init_lock(
+        client: &Client,
+        cluster: &Cluster,
+        machine: &str,
+        namespace: &str,
+    ) -> Result<Result<(), String>, BootstrapError> {
+        let maps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+        let name = format!("{}-lock", cluster.name_any());
+        let lock = ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some(namespace.to_owned()),
+                labels: Some(BTreeMap::from([(
+                    LABEL_CLUSTER_NAME.to_owned(),
+                    cluster.name_any(),
+                )])),
+                owner_references: Some(vec![owner_reference(cluster, false)]),
+                ..ObjectMeta::default()
+            },
+            data: Some(BTreeMap::from([(
+                LOCK_KEY.to_owned(),
+                json!({"machineName": machine}).to_string(),
+            )])),
+            ..ConfigMap::default()
+        };
+        let existing = match maps.create(&PostParams::default(), &lock).await {
+            Ok(_) => return Ok(Ok(())),
+            Err(kube::Error::Api(s)) if s.is_already_exists() => maps
+                .get_opt(&name)
+                .await
+                .map_err(api_error("reading", "ConfigMap", namespace, &name))?,
+            Err(e) => return Err(api_error("creating", "ConfigMap", namespace, &name)(e)),
+        };
+        let Some(existing) = existing else {
+            return Ok(Err(format!(
+                "init lock ConfigMap {name} changed hands; retrying"
+            )));
+        };
+        let holder = existing
+            .data
+            .as_ref()
+            .and_then(|d| d.get(LOCK_KEY))
+            .and_then(|v| serde_json::from_str::<Value>(v).ok())
+            .and_then(|v| {
+                v.get("machineName")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            })
+            .unwrap_or_default();
+        if holder == machine {
+            return Ok(Ok(()));
+        }
+        let machines: Api<Machine> = Api::namespaced(client.clone(), namespace);
+        let holder_exists = !holder.is_empty()
+            && machines
+                .get_opt(&holder)
+                .await
+                .map_err(api_error("reading", "Machine", namespace, &holder))?
+                .is_some();
+        if !holder_exists {
+            // The holder is gone before the control plane came up: free the lock for the next.
+            let params = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: existing.uid(),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
+            match maps.delete(&name, &params).await {
+                Ok(_) => {}
+                Err(e) if is_not_found(&e) => {}
+                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Err(e) => return Err(api_error("deleting", "ConfigMap", namespace, &name)(e)),
+            }
+            return Ok(Err(format!(
+                "init lock {name} was held by Machine {holder:?}, which no longer exists; released it"
+            )));
+        }
+        Ok(Err(format!(
+            "Machine {holder} runs kubeadm init for this cluster (lock ConfigMap {name}); this Machine joins once the control plane is initialized"
+        )))
+    }
+
+    async fn release_init_lock(
+        client: &Client,
+        cluster: &str,
+        namespace: &str,
+    ) -> Result<(), BootstrapError> {
+        let maps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+        let name = format!("{cluster}-lock");
+        match maps.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(e) => Err(api_error("deleting", "ConfigMap", namespace, &name)(e)),
+        }
+    }
+
+    #[allow(clippy::too_many_lines)]
+    async fn decide(
+        &self,
+        config: &KubeadmConfig,
+        spec: &Value,
+        machine: &Machine,
+        cluster: &Cluster,
+        namespace: &str,
+        client: &Client,
+    ) -> Result<Outcome, BootstrapError> {
+        let name = config.name_any();
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+        let cluster_name = cluster.name_any();
+        let key = ClusterKey::new(namespace, &cluster_name);
+        let initialized = control_plane_initialized(cluster);
+        if initialized {
+            Self::release_init_lock(client, &cluster_name, namespace).await?;
+        }
+        if secrets
+            .get_opt(&name)
+            .await
+            .map_err(api_error("reading", "Secret", namespace, &name))?
+            .is_some()
+        {
+            return Ok(Outcome::Ready { created_now: None });
+        }
+        let Some((host, port)) = endpoint(cluster) else {
+            return Ok(waiting(
+                "WaitingForControlPlaneEndpoint",
+                format!("Cluster {cluster_name} has no spec.controlPlaneEndpoint yet"),
+            ));
+        };
+        if let Some(format) = spec
+            .get("format")
+            .and_then(Value::as_str)
+            .filter(|f| *f != "cloud-config")
+        {
+            return Ok(Outcome::Waiting {
+                reason: "InvalidSpec",
+                message: format!(
+                    "spec.format {format:?} is not supported; capstan writes cloud-config (remove spec.format or set it to cloud-config)"
+                ),
+                requeue: None,
+                warn: true,
+            });
+        }
+        let Some(version) = machine.spec.version.clone() else {
+            return Ok(Outcome::Waiting {
+                reason: "InvalidSpec",
+                message: format!(
+                    "Machine {} has no spec.version; set the Kubernetes version",
+                    machine.name_any()
+                ),
+                requeue: None,
+                warn: true,
+            });
+        };
+        let api = match KubeVersion::parse(&version).and_then(KubeVersion::kubeadm_api) {
+            Ok(api) => api,
+            Err(err) => {
+                return Ok(Outcome::Waiting {
+                    reason: "InvalidSpec",
+                    message: err.to_string(),
+                    requeue: None,
+                    warn: true,
+                });
+            }
+        };
+        let control_plane = machine.labels().contains_key(LABEL_CONTROL_PLANE);
+        let has = |field: &str| spec.get(field).is_some_and(|v| !v.is_null());
+        let role = if initialized {
+            if control_plane {
+                Role::JoinControlPlane
+            } else {
+                Role::JoinWorker
+            }
+        } else {
+            if !control_plane
+                || (has("joinConfiguration")
+                    && !has("initConfiguration")
+                    && !has("clusterConfiguration"))
+            {
+                return Ok(waiting(
+                    "WaitingForControlPlaneInitialized",
+                    format!(
+                        "waiting for the control plane of Cluster {cluster_name} to be initialized"
+                    ),
+                ));
+            }
+            if let Err(message) =
+                Self::acquire_init_lock(client, cluster, &machine.name_any(), namespace).await?
+            {
+                return Ok(Outcome::Waiting {
+                    reason: "WaitingForInitLock",
+                    message,
+                    requeue: Some(POLL),
+                    warn: false,
+                });
+            }
+            Role::Init
+        };
+        let (files, passwords) = match Self::resolve_files(client, spec, namespace).await? {
+            Ok(resolved) => resolved,
+            Err(message) => {
+                return Ok(Outcome::Waiting {
+                    reason: "MissingSecret",
+                    message,
+                    requeue: Some(POLL),
+                    warn: true,
+                });
+            }
+        };
+        let owner_cluster = owner_reference(cluster, false);
+        let certificates: ClusterCertificates;
+        let mut token_id = None;
+        let documents = match role {
+            Role::Init => {
+                certificates = certs::lookup_or_generate(
+                    client,
+                    namespace,
+                    &cluster_name,
+                    Some(owner_cluster),
+                )
+                .await?;
+                let facts = ClusterFacts {
+                    cluster_name: cluster_name.clone(),
+                    control_plane_endpoint: host_port(&host, port),
+                    kubernetes_version: version.clone(),
+                    cluster_network: cluster
+                        .spec
+                        .cluster_network
+                        .as_ref()
+                        .and_then(|n| serde_json::to_value(n).ok())
+                        .unwrap_or(Value::Null),
+                };
+                kubeadm_api::init_documents(spec, &facts, api)
+            }
+            Role::JoinControlPlane | Role::JoinWorker => {
+                let found = if role == Role::JoinControlPlane {
+                    certs::lookup(client, namespace, &cluster_name).await?
+                } else {
+                    lookup_ca(client, namespace, &cluster_name).await?
+                };
+                let Some(found) = found else {
+                    return Ok(Outcome::Waiting {
+                        reason: "MissingSecret",
+                        message: format!(
+                            "the certificate Secrets of Cluster {cluster_name} ({}) are missing; the KubeadmControlPlane creates them",
+                            Purpose::ClusterCa.secret_name(&cluster_name)
+                        ),
+                        requeue: Some(POLL),
+                        warn: false,
+                    });
+                };
+                certificates = found;
+                let Some(workloads) = &self.settings.workloads else {
+                    return Ok(waiting(
+                        "WaitingForWorkloadCluster",
+                        "no workload-cluster access is configured, so no bootstrap token can be created",
+                    ));
+                };
+                let workload = match workloads.client(&key).await {
+                    Ok(client) => client,
+                    Err(err) => {
+                        return Ok(Outcome::Waiting {
+                            reason: "WaitingForWorkloadCluster",
+                            message: format!("creating the bootstrap token: {err}"),
+                            requeue: Some(POLL),
+                            warn: false,
+                        });
+                    }
+                };
+                let (id, secret) = new_bootstrap_token();
+                let tokens: Api<Secret> = Api::namespaced(workload, "kube-system");
+                tokens
+                    .create(
+                        &PostParams::default(),
+                        &bootstrap_token_secret(&id, &secret, self.settings.token_ttl),
+                    )
+                    .await
+                    .map_err(api_error(
+                        "creating",
+                        "workload Secret",
+                        "kube-system",
+                        "bootstrap-token",
+                    ))?;
+                let discovery = Discovery {
+                    api_server_endpoint: host_port(&host, port),
+                    token: format!("{id}.{secret}"),
+                    ca_cert_hash: certificates.ca_cert_hash(&cluster_name, namespace)?,
+                };
+                token_id = Some(id);
+                vec![kubeadm_api::join_document(
+                    spec,
+                    &discovery,
+                    role == Role::JoinControlPlane,
+                    api,
+                )]
+            }
+        };
+        let owner_config = owner_reference(config, true);
+        let reporting = match &self.settings.report_base_url {
+            Some(base) => {
+                let token = report::new_token();
+                let secret = report::token_secret(
+                    &name,
+                    namespace,
+                    &cluster_name,
+                    owner_config.clone(),
+                    &token,
+                );
+                let stored = certs::create_or_get(&secrets, &secret).await?;
+                Some(Reporting {
+                    url: report::steps_url(base, namespace, &name),
+                    token: secret_text(&stored, report::TOKEN_KEY).unwrap_or(token),
+                })
+            }
+            None => None,
+        };
+        let cloud_config = cloudinit::render(&BootstrapData {
+            role,
+            certificates: Some(&certificates),
+            kubeadm_documents: documents,
+            files,
+            spec,
+            passwords,
+            reporting,
+        })?;
+        let mut data = certs::cluster_secret(
+            &name,
+            namespace,
+            &cluster_name,
+            Some(owner_config),
+            BTreeMap::from([
+                ("value".to_owned(), cloud_config.into_bytes()),
+                ("format".to_owned(), b"cloud-config".to_vec()),
+            ]),
+        );
+        if let Some(id) = token_id {
+            data.metadata.annotations =
+                Some(BTreeMap::from([(ANNOTATION_TOKEN_ID.to_owned(), id)]));
+        }
+        certs::create_or_get(&secrets, &data).await?;
+        Ok(Outcome::Ready {
+            created_now: Some(role),
+        })
+    }
+}
+
+/// Only the cluster CA (workers need its hash, not the other keys).
+async fn lookup_ca(
+    client: &Client,
+    namespace: &str,
+    cluster: &str,
+) -> Result<Option<ClusterCertificates>, BootstrapError> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let name = Purpose::ClusterCa.secret_name(cluster);
+    let Some(secret) = secrets
+        .get_opt(&name)
+        .await
+        .map_err(api_error("reading", "Secret", namespace, &name))?
+    else {
+        return Ok(None);
+    };
+    let (Some(cert), Some(key)) = (
+        secret_text(&secret, certs::TLS_CRT),
+        secret_text(&secret, certs::TLS_KEY),
+    ) else {
+        return Ok(None);
+    };
+    let ca = KeyMaterial { cert, key };
+    let empty = KeyMaterial {
+        cert: String::new(),
+        key: String::new(),
+    };
+    Ok(Some(ClusterCertificates {
+        cluster_ca: ca,
+        etcd_ca: empty.clone(),
+        front_proxy_ca: empty.clone(),
+        service_account: empty,
+    }))
+}
+
+fn base64_of(text: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(text)
+}
+
+impl Reconciler for BootstrapController {
+    type Object = KubeadmConfig;
+    type Error = BootstrapError;
+
+    fn name(&self) -> &'static str {
+        CONTROLLER
+    }
+
+    fn concurrency(&self) -> u16 {
+        4
+    }
+
+    fn cluster_name(&self, object: &KubeadmConfig) -> Option<String> {
+        object.labels().get(LABEL_CLUSTER_NAME).cloned()
+    }
+
+    fn follows_cluster_pause(&self) -> bool {
+        true
+    }
+
+    fn configure(
+        &self,
+        controller: Controller<KubeadmConfig>,
+        client: &Client,
+    ) -> Controller<KubeadmConfig> {
+        controller
+            .owns(
+                Api::<ConfigMap>::all(client.clone()),
+                watcher::Config::default(),
+            )
+            .owns(
+                Api::<Secret>::all(client.clone()),
+                watcher::Config::default(),
+            )
+            .watches(
+                Api::<Machine>::all(client.clone()),
+                watcher::Config::default(),
+                |machine: Machine| {
+                    machine
+                        .spec
+                        .bootstrap
+                        .config_ref
+                        .as_ref()
+                        .filter(|r| r.kind == "KubeadmConfig")
+                        .map(|r| {
+                            ObjectRef::<KubeadmConfig>::new(&r.name)
+                                .within(machine.namespace().as_deref().unwrap_or_default())
+                        })
+                },
+            )
+    }
+
+    async fn reconcile(
+        &self,
+        config: Arc<KubeadmConfig>,
+        context: Arc<Context>,
+    ) -> Result<Action, BootstrapError> {
+        let name = config.name_any();
+        let namespace = config
+            .namespace()
+            .ok_or_else(|| BootstrapError::NoNamespace {
+                kind: "KubeadmConfig",
+                name: name.clone(),
+            })?;
+        let client = context.client();
+        let raw: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), &namespace, &kubeadm_config_resource());
+        let spec = match raw.get_opt(&name).await.map_err(api_error(
+            "reading",
+            "KubeadmConfig",
+            &namespace,
+            &name,
+        ))? {
+            Some(object) => object.data.get("spec").cloned().unwrap_or(Value::Null),
+            None => return Ok(Action::await_change()),
+        };
+        let machine = find_machine(client, &config, &namespace).await?;
+        let cluster = match &machine {
+            Some(machine) => {
+                let clusters: Api<Cluster> = Api::namespaced(client.clone(), &namespace);
+                clusters
+                    .get_opt(&machine.spec.cluster_name)
+                    .await
+                    .map_err(api_error(
+                        "reading",
+                        "Cluster",
+                        &namespace,
+                        &machine.spec.cluster_name,
+                    ))?
+            }
+            None => None,
+        };
+        let mut requeue = None;
+        let outcome = match (&machine, &cluster) {
+            (None, _) => waiting(
+                "WaitingForMachine",
+                "no Machine references this KubeadmConfig yet",
+            ),
+            (Some(machine), None) => waiting(
+                "WaitingForCluster",
+                format!(
+                    "Cluster {} of Machine {} does not exist",
+                    machine.spec.cluster_name,
+                    machine.name_any()
+                ),
+            ),
+            (Some(machine), Some(cluster)) => {
+                let outcome = self
+                    .decide(&config, &spec, machine, cluster, &namespace, client)
+                    .await?;
+                if let Outcome::Ready { .. } = outcome {
+                    let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
+                    if let Some(data) = secrets
+                        .get_opt(&name)
+                        .await
+                        .map_err(api_error("reading", "Secret", &namespace, &name))?
+                    {
+                        requeue = self
+                            .refresh_token(
+                                &data,
+                                machine,
+                                &ClusterKey::new(&namespace, cluster.name_any()),
+                            )
+                            .await?;
+                    }
+                }
+                outcome
+            }
+        };
+
+        // Status: only the fields this controller owns.
+        let now = conditions::now();
+        let generation = config.metadata.generation;
+        let current = config.status.clone().unwrap_or_default();
+        let mut conds: Vec<Condition> = current.conditions.clone();
+        let mut changed = false;
+        let (ready, data_condition) = match &outcome {
+            Outcome::Ready { .. } => (
+                true,
+                conditions::condition(
+                    DATA_SECRET_AVAILABLE,
+                    TRUE,
+                    "DataSecretCreated",
+                    format!("bootstrap data in Secret {name}"),
+                    generation,
+                ),
+            ),
+            Outcome::Waiting {
+                reason, message, ..
+            } => (
+                false,
+                conditions::condition(
+                    DATA_SECRET_AVAILABLE,
+                    FALSE,
+                    reason,
+                    message.clone(),
+                    generation,
+                ),
+            ),
+        };
+        changed |= conditions::set_condition(&mut conds, data_condition.clone(), &now);
+        let mut ready_condition = data_condition.clone();
+        ready_condition.type_ = "Ready".into();
+        // Reports of the node.
+        let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
+        let report_name = report::report_object_name(&name);
+        let summary = maps
+            .get_opt(&report_name)
+            .await
+            .map_err(api_error("reading", "ConfigMap", &namespace, &report_name))?
+            .and_then(|m| m.data)
+            .and_then(|d| report::summarize(&d));
+        let previous_bootstrap = conditions::get(&conds, report::CONDITION).cloned();
+        if let Some(summary) = &summary {
+            let condition = conditions::condition(
+                report::CONDITION,
+                summary.status,
+                summary.reason,
+                summary.message.clone(),
+                generation,
+            );
+            changed |= conditions::set_condition(&mut conds, condition.clone(), &now);
+            if summary.status == FALSE {
+                ready_condition = condition;
+                ready_condition.type_ = "Ready".into();
+            }
+        }
+        changed |= conditions::set_condition(&mut conds, ready_condition, &now);
+        let data_name = ready.then(|| name.clone());
+        if changed
+            || current.ready != Some(ready)
+            || (ready && current.data_secret_name != data_name)
+            || current.observed_generation != generation
+        {
+            let mut status = json!({
+                "conditions": conds,
+                "observedGeneration": generation,
+            });
+            if ready {
+                status["ready"] = json!(true);
+                status["dataSecretName"] = json!(name);
+                status["initialization"] = json!({"dataSecretCreated": true});
+            }
+            let configs: Api<KubeadmConfig> = Api::namespaced(client.clone(), &namespace);
+            configs
+                .patch_status(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(&json!({"status": status})),
+                )
+                .await
+                .map_err(api_error(
+                    "updating status of",
+                    "KubeadmConfig",
+                    &namespace,
+                    &name,
+                ))?;
+        }
+        match &outcome {
+            Outcome::Ready {
+                created_now: Some(role),
+            } => {
+                let what = match role {
+                    Role::Init => "kubeadm init",
+                    Role::JoinControlPlane => "kubeadm join (control plane)",
+                    Role::JoinWorker => "kubeadm join",
+                };
+                context
+                    .publish(
+                        &*config,
+                        EventType::Normal,
+                        "DataSecretCreated",
+                        "Bootstrap",
+                        format!("wrote the bootstrap data ({what}) to Secret {name}"),
+                    )
+                    .await;
+            }
+            Outcome::Waiting {
+                reason,
+                message,
+                warn: true,
+                ..
+            } if conditions::get(&current.conditions, DATA_SECRET_AVAILABLE)
+                .and_then(|c| c.message.as_deref())
+                != Some(message.as_str()) =>
+            {
+                context
+                    .publish(
+                        &*config,
+                        EventType::Warning,
+                        reason,
+                        "Bootstrap",
+                        message.clone(),
+                    )
+                    .await;
+            }
+            _ => {}
+        }
+        if let Some(summary) = &summary {
+            let is_new = previous_bootstrap
+                .as_ref()
+                .is_none_or(|p| p.reason.as_deref() != Some(summary.reason));
+            if is_new && summary.status == FALSE {
+                context
+                    .publish(
+                        &*config,
+                        EventType::Warning,
+                        summary.reason,
+                        "Bootstrap",
+                        summary.message.clone(),
+                    )
+                    .await;
+            }
+        }
+        let requeue = match &outcome {
+            Outcome::Waiting { requeue, .. } => *requeue,
+            Outcome::Ready { .. } => requeue,
+        };
+        Ok(requeue.map_or_else(
+            || Action::requeue(Duration::from_secs(600)),
+            Action::requeue,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bootstrap_tokens_have_kubeadm_shape() {
+        let (id, secret) = new_bootstrap_token();
+        let token = format!("{id}.{secret}");
+        assert!(
+            regex::Regex::new(r"^[a-z0-9]{6}\.[a-z0-9]{16}$")
+                .unwrap()
+                .is_match(&token)
+        );
+        let secret = bootstrap_token_secret(&id, "0123456789abcdef", Duration::from_secs(900));
+        assert_eq!(
+            secret.type_.as_deref(),
+            Some("bootstrap.kubernetes.io/token")
+        );
+        assert_eq!(secret.metadata.name, Some(format!("bootstrap-token-{id}")));
+        let expiration = secret_text(&secret, "expiration").unwrap();
+        let at: jiff::Timestamp = expiration.parse().unwrap();
+        assert!(at > jiff::Timestamp::now());
+    }
+}

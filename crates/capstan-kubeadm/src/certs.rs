@@ -1,0 +1,679 @@
+//! The certificates of a kubeadm cluster and its admin kubeconfig, kept in the management cluster as
+//! Cluster API keeps them.
+//!
+//! - Four Secrets per cluster, `<cluster>-ca` (cluster CA), `<cluster>-etcd` (etcd CA),
+//!   `<cluster>-proxy` (front-proxy CA) and `<cluster>-sa` (service-account signing key pair: the
+//!   public key PEM under `tls.crt`), each of type `cluster.x-k8s.io/secret` with keys `tls.crt` and
+//!   `tls.key`, labelled with the cluster name and owned by whoever asked for them (the
+//!   KubeadmControlPlane, or the Cluster when a bootstrap config generates them).
+//! - [`lookup_or_generate`] reads them and creates only the missing ones; a Secret that exists is
+//!   never regenerated (nodes already trust it). Two writers racing are settled by the API server's
+//!   name conflict: the loser re-reads the winner's Secret.
+//! - [`ensure_kubeconfig`] writes `<cluster>-kubeconfig` (key `value`): the API endpoint, the cluster
+//!   CA and a `kubernetes-admin` client certificate (`O=system:masters`) signed by that CA.
+//!
+//! Keys are ECDSA P-256 (kubeadm, the API server and etcd accept them; the `ring` backend generates
+//! no RSA keys). CAs are valid ten years and the admin client certificate one year, as kubeadm makes
+//! them.
+
+use base64::Engine;
+use capstan_model::meta::LABEL_CLUSTER_NAME;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{Api, ObjectMeta, PostParams};
+use kube::{Client, ResourceExt};
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, PublicKeyData,
+};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+
+/// The Secret type Cluster API gives every Secret it writes.
+pub const CLUSTER_SECRET_TYPE: &str = "cluster.x-k8s.io/secret";
+/// Key of a certificate (or of the service-account public key) in a certificate Secret.
+pub const TLS_CRT: &str = "tls.crt";
+/// Key of a private key in a certificate Secret.
+pub const TLS_KEY: &str = "tls.key";
+/// Key of the kubeconfig in `<cluster>-kubeconfig`.
+pub const KUBECONFIG_VALUE: &str = "value";
+
+/// Why certificates or the kubeconfig could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum CertError {
+    #[error("generating the {what}")]
+    Generate {
+        what: &'static str,
+        source: rcgen::Error,
+    },
+    #[error("Secret {namespace}/{name} has no key `{key}`; delete it to have it regenerated")]
+    MissingKey {
+        namespace: String,
+        name: String,
+        key: &'static str,
+    },
+    #[error(
+        "Secret {namespace}/{name} does not hold a usable key pair; replace it or delete it to have it regenerated"
+    )]
+    BadKeyPair {
+        namespace: String,
+        name: String,
+        source: rcgen::Error,
+    },
+    #[error("{verb} Secret {namespace}/{name}")]
+    Api {
+        verb: &'static str,
+        namespace: String,
+        name: String,
+        source: Box<kube::Error>,
+    },
+}
+
+/// One of a cluster's certificate Secrets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Purpose {
+    /// The cluster CA (`/etc/kubernetes/pki/ca.*`).
+    ClusterCa,
+    /// The etcd CA (`/etc/kubernetes/pki/etcd/ca.*`).
+    EtcdCa,
+    /// The front-proxy CA (`/etc/kubernetes/pki/front-proxy-ca.*`).
+    FrontProxyCa,
+    /// The service-account signing key pair (`/etc/kubernetes/pki/sa.{pub,key}`).
+    ServiceAccount,
+}
+
+impl Purpose {
+    /// All four, in the order nodes get them.
+    pub const ALL: [Purpose; 4] = [
+        Self::ClusterCa,
+        Self::EtcdCa,
+        Self::FrontProxyCa,
+        Self::ServiceAccount,
+    ];
+
+    /// The Secret name suffix Cluster API uses.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Self::ClusterCa => "ca",
+            Self::EtcdCa => "etcd",
+            Self::FrontProxyCa => "proxy",
+            Self::ServiceAccount => "sa",
+        }
+    }
+
+    /// The name of this Secret for `cluster`.
+    pub fn secret_name(self, cluster: &str) -> String {
+        format!("{cluster}-{}", self.suffix())
+    }
+
+    /// Where kubeadm expects the certificate (or public key) and the private key on a node.
+    pub fn node_paths(self) -> (&'static str, &'static str) {
+        match self {
+            Self::ClusterCa => ("/etc/kubernetes/pki/ca.crt", "/etc/kubernetes/pki/ca.key"),
+            Self::EtcdCa => (
+                "/etc/kubernetes/pki/etcd/ca.crt",
+                "/etc/kubernetes/pki/etcd/ca.key",
+            ),
+            Self::FrontProxyCa => (
+                "/etc/kubernetes/pki/front-proxy-ca.crt",
+                "/etc/kubernetes/pki/front-proxy-ca.key",
+            ),
+            Self::ServiceAccount => ("/etc/kubernetes/pki/sa.pub", "/etc/kubernetes/pki/sa.key"),
+        }
+    }
+
+    fn common_name(self) -> &'static str {
+        match self {
+            Self::ClusterCa => "kubernetes",
+            Self::EtcdCa => "etcd-ca",
+            Self::FrontProxyCa => "front-proxy-ca",
+            Self::ServiceAccount => "service-accounts",
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Self::ClusterCa => "cluster CA",
+            Self::EtcdCa => "etcd CA",
+            Self::FrontProxyCa => "front-proxy CA",
+            Self::ServiceAccount => "service-account key pair",
+        }
+    }
+}
+
+/// A certificate (or public key) and its private key, PEM.
+#[derive(Clone, PartialEq, Eq)]
+pub struct KeyMaterial {
+    /// The certificate PEM (the public key PEM for the service-account pair).
+    pub cert: String,
+    /// The private key PEM.
+    pub key: String,
+}
+
+impl std::fmt::Debug for KeyMaterial {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyMaterial")
+            .field("cert", &self.cert)
+            .field("key", &"<redacted>")
+            .finish()
+    }
+}
+
+/// The four key pairs of a cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterCertificates {
+    pub cluster_ca: KeyMaterial,
+    pub etcd_ca: KeyMaterial,
+    pub front_proxy_ca: KeyMaterial,
+    pub service_account: KeyMaterial,
+}
+
+impl ClusterCertificates {
+    /// The key pair for `purpose`.
+    pub fn get(&self, purpose: Purpose) -> &KeyMaterial {
+        match purpose {
+            Purpose::ClusterCa => &self.cluster_ca,
+            Purpose::EtcdCa => &self.etcd_ca,
+            Purpose::FrontProxyCa => &self.front_proxy_ca,
+            Purpose::ServiceAccount => &self.service_account,
+        }
+    }
+
+    /// The discovery hash of the cluster CA (`sha256:<hex>` of its SubjectPublicKeyInfo), which
+    /// joining nodes pin with `caCertHashes`.
+    pub fn ca_cert_hash(&self, cluster: &str, namespace: &str) -> Result<String, CertError> {
+        ca_cert_hash(
+            &self.cluster_ca,
+            &Purpose::ClusterCa.secret_name(cluster),
+            namespace,
+        )
+    }
+}
+
+/// `sha256:<hex>` of the SubjectPublicKeyInfo of `ca`'s key (the certificate's public key).
+pub fn ca_cert_hash(ca: &KeyMaterial, secret: &str, namespace: &str) -> Result<String, CertError> {
+    let key = KeyPair::from_pem(&ca.key).map_err(|source| CertError::BadKeyPair {
+        namespace: namespace.to_owned(),
+        name: secret.to_owned(),
+        source,
+    })?;
+    let digest = Sha256::digest(key.subject_public_key_info());
+    Ok(format!("sha256:{}", hex(&digest)))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes.iter().fold(String::new(), |mut out, b| {
+        let _ = write!(out, "{b:02x}");
+        out
+    })
+}
+
+/// Generates the key pair for `purpose`: a self-signed CA, or a bare key pair for service accounts.
+pub fn generate(purpose: Purpose) -> Result<KeyMaterial, CertError> {
+    let generate_error = |source| CertError::Generate {
+        what: purpose.describe(),
+        source,
+    };
+    let key = KeyPair::generate().map_err(generate_error)?;
+    if purpose == Purpose::ServiceAccount {
+        return Ok(KeyMaterial {
+            cert: key.public_key_pem(),
+            key: key.serialize_pem(),
+        });
+    }
+    let mut params = ca_params(purpose.common_name());
+    set_validity(&mut params, 10);
+    let cert = params.self_signed(&key).map_err(generate_error)?;
+    Ok(KeyMaterial {
+        cert: cert.pem(),
+        key: key.serialize_pem(),
+    })
+}
+
+fn ca_params(common_name: &str) -> CertificateParams {
+    let mut params = CertificateParams::default();
+    let mut name = DistinguishedName::new();
+    name.push(DnType::CommonName, common_name);
+    params.distinguished_name = name;
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+        KeyUsagePurpose::KeyCertSign,
+    ];
+    params
+}
+
+/// The day (UTC) certificates start being valid: yesterday, so a node whose clock is slightly behind
+/// accepts them.
+fn validity_start() -> (i32, u8, u8) {
+    ymd(jiff::Timestamp::now() - jiff::SignedDuration::from_hours(24))
+}
+
+/// The day (UTC) `years` from now.
+fn validity_end(years: i64) -> (i32, u8, u8) {
+    let now = jiff::Timestamp::now();
+    let end = now
+        .to_zoned(jiff::tz::TimeZone::UTC)
+        .checked_add(jiff::Span::new().years(years))
+        .map_or(now, |z| z.timestamp());
+    ymd(end)
+}
+
+fn ymd(at: jiff::Timestamp) -> (i32, u8, u8) {
+    let date = at.to_zoned(jiff::tz::TimeZone::UTC).date();
+    #[allow(clippy::cast_sign_loss)]
+    (i32::from(date.year()), date.month() as u8, date.day() as u8)
+}
+
+fn set_validity(params: &mut CertificateParams, years: i64) {
+    let (y, m, d) = validity_start();
+    params.not_before = rcgen::date_time_ymd(y, m, d);
+    let (y, m, d) = validity_end(years);
+    params.not_after = rcgen::date_time_ymd(y, m, d);
+}
+
+/// A client certificate for `common_name` in `organization`, signed by `ca`, valid one year.
+pub fn client_certificate(
+    ca: &KeyMaterial,
+    common_name: &str,
+    organization: Option<&str>,
+) -> Result<KeyMaterial, CertError> {
+    let generate_error = |source| CertError::Generate {
+        what: "client certificate",
+        source,
+    };
+    let ca_key = KeyPair::from_pem(&ca.key).map_err(generate_error)?;
+    let issuer = Issuer::from_ca_cert_pem(&ca.cert, ca_key).map_err(generate_error)?;
+    let key = KeyPair::generate().map_err(generate_error)?;
+    let mut params = CertificateParams::default();
+    let mut name = DistinguishedName::new();
+    if let Some(organization) = organization {
+        name.push(DnType::OrganizationName, organization);
+    }
+    name.push(DnType::CommonName, common_name);
+    params.distinguished_name = name;
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    params.use_authority_key_identifier_extension = true;
+    set_validity(&mut params, 1);
+    let cert = params.signed_by(&key, &issuer).map_err(generate_error)?;
+    Ok(KeyMaterial {
+        cert: cert.pem(),
+        key: key.serialize_pem(),
+    })
+}
+
+fn api_error(
+    verb: &'static str,
+    namespace: &str,
+    name: &str,
+) -> impl FnOnce(kube::Error) -> CertError {
+    let namespace = namespace.to_owned();
+    let name = name.to_owned();
+    move |source| CertError::Api {
+        verb,
+        namespace,
+        name,
+        source: Box::new(source),
+    }
+}
+
+fn is_already_exists(err: &kube::Error) -> bool {
+    matches!(err, kube::Error::Api(status) if status.is_already_exists())
+}
+
+fn secret_value<'a>(
+    secret: &'a Secret,
+    key: &'static str,
+    namespace: &str,
+) -> Result<&'a [u8], CertError> {
+    secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .map(|v| v.0.as_slice())
+        .ok_or_else(|| CertError::MissingKey {
+            namespace: namespace.to_owned(),
+            name: secret.name_any(),
+            key,
+        })
+}
+
+fn key_material(secret: &Secret, namespace: &str) -> Result<KeyMaterial, CertError> {
+    let text = |key| {
+        secret_value(secret, key, namespace)
+            .map(|bytes| String::from_utf8_lossy(bytes).into_owned())
+    };
+    let material = KeyMaterial {
+        cert: text(TLS_CRT)?,
+        key: text(TLS_KEY)?,
+    };
+    KeyPair::from_pem(&material.key).map_err(|source| CertError::BadKeyPair {
+        namespace: namespace.to_owned(),
+        name: secret.name_any(),
+        source,
+    })?;
+    Ok(material)
+}
+
+/// A `cluster.x-k8s.io/secret` for `cluster`, owned by `owner`.
+pub fn cluster_secret(
+    name: &str,
+    namespace: &str,
+    cluster: &str,
+    owner: Option<OwnerReference>,
+    data: BTreeMap<String, Vec<u8>>,
+) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some(namespace.to_owned()),
+            labels: Some(BTreeMap::from([(
+                LABEL_CLUSTER_NAME.to_owned(),
+                cluster.to_owned(),
+            )])),
+            owner_references: owner.map(|o| vec![o]),
+            ..ObjectMeta::default()
+        },
+        type_: Some(CLUSTER_SECRET_TYPE.to_owned()),
+        data: Some(data.into_iter().map(|(k, v)| (k, ByteString(v))).collect()),
+        ..Secret::default()
+    }
+}
+
+/// Creates `secret` unless one of its name exists; returns the Secret that is there afterwards.
+pub async fn create_or_get(api: &Api<Secret>, secret: &Secret) -> Result<Secret, CertError> {
+    let name = secret.name_any();
+    let namespace = secret.namespace().unwrap_or_default();
+    match api.create(&PostParams::default(), secret).await {
+        Ok(created) => Ok(created),
+        Err(e) if is_already_exists(&e) => api
+            .get(&name)
+            .await
+            .map_err(api_error("reading", &namespace, &name)),
+        Err(e) => Err(api_error("creating", &namespace, &name)(e)),
+    }
+}
+
+/// Reads the certificate Secrets of `cluster`; `None` when any is missing.
+pub async fn lookup(
+    client: &Client,
+    namespace: &str,
+    cluster: &str,
+) -> Result<Option<ClusterCertificates>, CertError> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let mut found = Vec::with_capacity(4);
+    for purpose in Purpose::ALL {
+        let name = purpose.secret_name(cluster);
+        match api
+            .get_opt(&name)
+            .await
+            .map_err(api_error("reading", namespace, &name))?
+        {
+            Some(secret) => found.push(key_material(&secret, namespace)?),
+            None => return Ok(None),
+        }
+    }
+    Ok(assemble(found))
+}
+
+fn assemble(found: Vec<KeyMaterial>) -> Option<ClusterCertificates> {
+    let mut found = found.into_iter();
+    Some(ClusterCertificates {
+        cluster_ca: found.next()?,
+        etcd_ca: found.next()?,
+        front_proxy_ca: found.next()?,
+        service_account: found.next()?,
+    })
+}
+
+/// Reads the certificate Secrets of `cluster`, generating (owned by `owner`) those that are missing.
+/// Existing Secrets are never replaced.
+pub async fn lookup_or_generate(
+    client: &Client,
+    namespace: &str,
+    cluster: &str,
+    owner: Option<OwnerReference>,
+) -> Result<ClusterCertificates, CertError> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let mut found = Vec::with_capacity(4);
+    for purpose in Purpose::ALL {
+        let name = purpose.secret_name(cluster);
+        let secret = match api
+            .get_opt(&name)
+            .await
+            .map_err(api_error("reading", namespace, &name))?
+        {
+            Some(secret) => secret,
+            None => {
+                let material = generate(purpose)?;
+                let secret = cluster_secret(
+                    &name,
+                    namespace,
+                    cluster,
+                    owner.clone(),
+                    BTreeMap::from([
+                        (TLS_CRT.to_owned(), material.cert.into_bytes()),
+                        (TLS_KEY.to_owned(), material.key.into_bytes()),
+                    ]),
+                );
+                let created = create_or_get(&api, &secret).await?;
+                tracing::info!(namespace, cluster, secret = %name, "generated the {}", purpose.describe());
+                created
+            }
+        };
+        found.push(key_material(&secret, namespace)?);
+    }
+    // Four were pushed.
+    assemble(found).ok_or_else(|| CertError::MissingKey {
+        namespace: namespace.to_owned(),
+        name: Purpose::ClusterCa.secret_name(cluster),
+        key: TLS_CRT,
+    })
+}
+
+/// The admin kubeconfig of `cluster`: API server `server`, trusting `ca`, authenticating with
+/// `client`.
+pub fn kubeconfig(cluster: &str, server: &str, ca: &KeyMaterial, client: &KeyMaterial) -> String {
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let user = format!("{cluster}-admin");
+    let context = format!("{user}@{cluster}");
+    format!(
+        "apiVersion: v1
+kind: Config
+clusters:
+- name: {cluster}
+  cluster:
+    server: {server}
+    certificate-authority-data: {ca}
+contexts:
+- name: {context}
+  context:
+    cluster: {cluster}
+    user: {user}
+current-context: {context}
+preferences: {{}}
+users:
+- name: {user}
+  user:
+    client-certificate-data: {cert}
+    client-key-data: {key}
+",
+        ca = b64(&ca.cert),
+        cert = b64(&client.cert),
+        key = b64(&client.key),
+    )
+}
+
+/// `https://host:port`, bracketing IPv6 addresses.
+pub fn server_url(host: &str, port: u16) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("https://[{host}]:{port}")
+    } else {
+        format!("https://{host}:{port}")
+    }
+}
+
+/// Writes `<cluster>-kubeconfig` unless it exists (an existing one is kept: its client certificate
+/// is still signed by the same CA).
+pub async fn ensure_kubeconfig(
+    client: &Client,
+    namespace: &str,
+    cluster: &str,
+    server: &str,
+    ca: &KeyMaterial,
+    owner: Option<OwnerReference>,
+) -> Result<(), CertError> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let name = format!("{cluster}-kubeconfig");
+    if api
+        .get_opt(&name)
+        .await
+        .map_err(api_error("reading", namespace, &name))?
+        .is_some()
+    {
+        return Ok(());
+    }
+    let admin = client_certificate(ca, "kubernetes-admin", Some("system:masters"))?;
+    let secret = cluster_secret(
+        &name,
+        namespace,
+        cluster,
+        owner,
+        BTreeMap::from([(
+            KUBECONFIG_VALUE.to_owned(),
+            kubeconfig(cluster, server, ca, &admin).into_bytes(),
+        )]),
+    );
+    create_or_get(&api, &secret).await?;
+    tracing::info!(namespace, cluster, secret = %name, "wrote the admin kubeconfig");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_material_debug_hides_the_key() {
+        let material = KeyMaterial {
+            cert: "CERT".into(),
+            key: "SECRET".into(),
+        };
+        assert!(!format!("{material:?}").contains("SECRET"));
+    }
+
+    #[test]
+    fn server_url_brackets_ipv6() {
+        assert_eq!(server_url("192.0.2.1", 6443), "https://192.0.2.1:6443");
+        assert_eq!(server_url("fd00::1", 6443), "https://[fd00::1]:6443");
+        assert_eq!(server_url("cp.example", 443), "https://cp.example:443");
+    }
+
+    fn openssl(args: &[&str], dir: &std::path::Path) -> String {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl is installed");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    #[test]
+    fn cas_are_cas_and_client_certificates_chain_to_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = generate(Purpose::ClusterCa).unwrap();
+        let other_ca = generate(Purpose::EtcdCa).unwrap();
+        let client = client_certificate(&ca, "kubernetes-admin", Some("system:masters")).unwrap();
+        std::fs::write(dir.path().join("ca.crt"), &ca.cert).unwrap();
+        std::fs::write(dir.path().join("other.crt"), &other_ca.cert).unwrap();
+        std::fs::write(dir.path().join("client.crt"), &client.cert).unwrap();
+        std::fs::write(dir.path().join("client.key"), &client.key).unwrap();
+
+        let text = openssl(&["x509", "-in", "ca.crt", "-noout", "-text"], dir.path());
+        assert!(text.contains("CA:TRUE"), "{text}");
+        assert!(text.contains("Certificate Sign"), "{text}");
+        assert!(
+            text.contains("CN=kubernetes") || text.contains("CN = kubernetes"),
+            "{text}"
+        );
+        let verified = openssl(
+            &[
+                "verify",
+                "-CAfile",
+                "ca.crt",
+                "-purpose",
+                "sslclient",
+                "client.crt",
+            ],
+            dir.path(),
+        );
+        assert!(verified.contains("client.crt: OK"), "{verified}");
+        let refused = std::process::Command::new("openssl")
+            .args(["verify", "-CAfile", "other.crt", "client.crt"])
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(!refused.status.success(), "a foreign CA must not verify it");
+        let subject = openssl(
+            &["x509", "-in", "client.crt", "-noout", "-subject"],
+            dir.path(),
+        );
+        assert!(
+            subject.contains("system:masters") && subject.contains("kubernetes-admin"),
+            "{subject}"
+        );
+        // The key is the certificate's.
+        let cert_key = openssl(
+            &["x509", "-in", "client.crt", "-noout", "-pubkey"],
+            dir.path(),
+        );
+        let key_pub = openssl(&["pkey", "-in", "client.key", "-pubout"], dir.path());
+        assert_eq!(cert_key, key_pub);
+        // Ten years for CAs, one for the client.
+        let dates = openssl(&["x509", "-in", "ca.crt", "-noout", "-enddate"], dir.path());
+        let year = jiff::Timestamp::now()
+            .to_zoned(jiff::tz::TimeZone::UTC)
+            .year()
+            + 10;
+        assert!(dates.contains(&year.to_string()), "{dates}");
+    }
+
+    #[test]
+    fn service_account_pair_matches_and_ca_hash_is_stable() {
+        let dir = tempfile::tempdir().unwrap();
+        let sa = generate(Purpose::ServiceAccount).unwrap();
+        std::fs::write(dir.path().join("sa.key"), &sa.key).unwrap();
+        let derived = openssl(&["pkey", "-in", "sa.key", "-pubout"], dir.path());
+        assert_eq!(derived.trim(), sa.cert.trim());
+
+        let ca = generate(Purpose::ClusterCa).unwrap();
+        std::fs::write(dir.path().join("ca.crt"), &ca.cert).unwrap();
+        // kubeadm's discovery hash: sha256 of the certificate's SubjectPublicKeyInfo.
+        let spki = std::process::Command::new("sh")
+            .arg("-c")
+            .arg("openssl x509 -in ca.crt -noout -pubkey | openssl pkey -pubin -outform DER | openssl dgst -sha256 -hex")
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        let expected = String::from_utf8_lossy(&spki.stdout);
+        let hash = ca_cert_hash(&ca, "c-ca", "ns").unwrap();
+        assert!(
+            expected
+                .trim()
+                .ends_with(hash.trim_start_matches("sha256:")),
+            "{expected} vs {hash}"
+        );
+    }
+}
