@@ -2,6 +2,9 @@
 //!
 //! - [`ipam`]: the Metal3 IPAM pool allocator (IPClaim → IPAddress from an IPPool).
 //! - [`capstan_hosts`]: the BareMetalHost controller (when [`ControllerOptions::hosts`] is set).
+//! - [`capstan_metal3`]: the Metal3 infrastructure provider (Metal3Cluster, Metal3Machine).
+//! - [`capstan_sim`]: the simulated workload backend's boot controller (when
+//!   [`ControllerOptions::simulator`] is set).
 //! - [`gc`]: the owner-reference garbage collector, for the embedded API server only (a real
 //!   cluster has its own).
 //!
@@ -18,7 +21,7 @@ use serde_json::Value;
 use std::time::Duration;
 
 /// How [`run_controllers`] runs.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct ControllerOptions {
     /// Shutdown, metrics, health, identity and leader election.
     pub runtime: RunOptions,
@@ -28,6 +31,25 @@ pub struct ControllerOptions {
     /// Run the BareMetalHost controller with these settings (it needs the provisioning server
     /// that shares its agent registry running in the same process).
     pub hosts: Option<capstan_hosts::HostSettings>,
+    /// How controllers reach workload clusters (Machine nodeRef, Metal3 Node providerIDs, ...).
+    pub workloads: Option<capstan_workload::SharedWorkloadAccess>,
+    /// The etcd membership of workload clusters (KubeadmControlPlane).
+    pub etcd: Option<capstan_workload::SharedEtcdMembership>,
+    /// Run the simulated workload backend's boot controller (`capstan serve --simulate-workloads`).
+    pub simulator: Option<std::sync::Arc<capstan_sim::Simulator>>,
+}
+
+impl std::fmt::Debug for ControllerOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControllerOptions")
+            .field("runtime", &self.runtime)
+            .field("garbage_collection", &self.garbage_collection)
+            .field("hosts", &self.hosts)
+            .field("workloads", &self.workloads.is_some())
+            .field("etcd", &self.etcd.is_some())
+            .field("simulator", &self.simulator.is_some())
+            .finish()
+    }
 }
 
 impl ControllerOptions {
@@ -38,6 +60,9 @@ impl ControllerOptions {
             runtime,
             garbage_collection: Some(gc::DEFAULT_SWEEP_INTERVAL),
             hosts: None,
+            workloads: None,
+            etcd: None,
+            simulator: None,
         }
     }
 
@@ -48,6 +73,9 @@ impl ControllerOptions {
             runtime,
             garbage_collection: None,
             hosts: None,
+            workloads: None,
+            etcd: None,
+            simulator: None,
         }
     }
 }
@@ -62,6 +90,10 @@ pub fn shipped_controllers(options: &ControllerOptions) -> Vec<Box<dyn Task>> {
         tasks.push(controller_task(capstan_hosts::HostController::new(
             settings.clone(),
         )));
+    }
+    tasks.extend(capstan_metal3::controllers(options.workloads.clone()));
+    if let Some(simulator) = &options.simulator {
+        tasks.push(simulator.boot_task());
     }
     if let Some(interval) = options.garbage_collection {
         tasks.push(Box::new(gc::GarbageCollector::new(interval)));

@@ -93,6 +93,9 @@ impl Env {
             runtime: RunOptions::new(shutdown.clone()).with_metrics(self.metrics.clone()),
             garbage_collection,
             hosts: None,
+            workloads: None,
+            etcd: None,
+            simulator: None,
         };
         let client = in_process_client(self.server.router());
         self.instances

@@ -297,6 +297,13 @@ impl Reconciler for BootController {
             }
             Some(_) => {}
         }
+        if control_plane
+            && self.sim.settings().listen
+            && !crate::listener::ensure(self.sim.management(), &cluster).await?
+        {
+            // The cluster's CA Secret is not there yet.
+            return Ok(Action::requeue(JOIN_RETRY));
+        }
         Ok(Action::await_change())
     }
 }

@@ -26,6 +26,9 @@
 //! - **Access**: [`WorkloadAccess`] hands out in-process clients for the clusters played here;
 //!   clusters of `fake://` hosts not initialised yet are "unreachable", and every other cluster goes
 //!   to the real [`KubeconfigAccess`].
+//! - **kubectl**: with [`SimSettings::listen`], each workload API also listens on a loopback HTTPS
+//!   port with a certificate from the cluster's CA ([`listener`]); the Cluster is annotated with the
+//!   URL and `capstan kubeconfig CLUSTER` prints a kubeconfig for it.
 //! - **Faults and delays**, by annotation on the BareMetalHost: `sim.capstan.io/boot-delay:
 //!   "<seconds>"` (the node comes up that long after the host is provisioned),
 //!   `sim.capstan.io/fault: never-join` (the node never appears), `bootstrap-fail` (a Warning Event
@@ -37,6 +40,7 @@
 
 pub mod boot;
 pub mod cloud_config;
+pub mod listener;
 pub mod workload;
 
 use capstan_model::metal3::BareMetalHost;
@@ -74,6 +78,8 @@ pub enum SimError {
         cluster: ClusterKey,
         source: capstan_apiserver::ServerError,
     },
+    #[error("the HTTPS listener of workload cluster {cluster}: {reason}")]
+    Tls { cluster: ClusterKey, reason: String },
     #[error("workload cluster {cluster}: {what}")]
     Workload {
         cluster: ClusterKey,
@@ -95,6 +101,9 @@ pub enum SimError {
 pub struct SimSettings {
     /// Where workload stores live (kept across restarts); `None` uses temporary directories.
     pub state_dir: Option<PathBuf>,
+    /// Serve each workload API on a loopback HTTPS port (for kubectl), once the cluster's CA
+    /// Secret exists.
+    pub listen: bool,
 }
 
 /// The simulated workload backend. Share it as the [`WorkloadAccess`] and [`EtcdMembership`] of
@@ -164,6 +173,16 @@ impl Simulator {
     /// The controller that boots provisioned `fake://` hosts.
     pub fn boot_task(self: &Arc<Self>) -> Box<dyn capstan_runtime::Task> {
         capstan_runtime::controller_task(boot::BootController::new(self.clone()))
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &SimSettings {
+        &self.settings
+    }
+
+    /// The management client.
+    pub fn management(&self) -> &Client {
+        &self.management
     }
 
     /// Whether `cluster` is one this simulator plays (it has `fake://` hosts).

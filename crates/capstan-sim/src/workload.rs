@@ -84,6 +84,15 @@ impl SimCluster {
         }))
     }
 
+    /// The loopback URL of the cluster's HTTPS listener, once it runs.
+    pub fn url(&self) -> Option<String> {
+        self.url.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub(crate) fn set_url(&self, url: &str) {
+        *self.url.lock().unwrap_or_else(|p| p.into_inner()) = Some(url.to_owned());
+    }
+
     pub(crate) fn etcd(&self) -> std::sync::MutexGuard<'_, Vec<EtcdMember>> {
         // Members are plain data; a panicking holder cannot leave them half-written.
         self.etcd.lock().unwrap_or_else(|p| p.into_inner())
