@@ -5,6 +5,9 @@
 //! - [`capstan_capi`]: the Cluster API core controllers (Cluster, Machine, MachineSet,
 //!   MachineDeployment), reaching workload clusters through [`ControllerOptions::workloads`].
 //! - [`capstan_kubeadm`]: the KubeadmConfig and KubeadmControlPlane controllers.
+//! - [`capstan_metal3`]: the Metal3 infrastructure provider (Metal3Cluster, Metal3Machine).
+//! - [`capstan_sim`]: the simulated workload backend's boot controller (when
+//!   [`ControllerOptions::simulator`] is set).
 //! - [`gc`]: the owner-reference garbage collector, for the embedded API server only (a real
 //!   cluster has its own).
 //!
@@ -40,6 +43,8 @@ pub struct ControllerOptions {
     /// Base URL (reachable by nodes) of the server that mounts `capstan_kubeadm::report::router`;
     /// `None` renders bootstrap data without step reporting.
     pub bootstrap_report_url: Option<String>,
+    /// Run the simulated workload backend's boot controller (`capstan serve --simulate-workloads`).
+    pub simulator: Option<std::sync::Arc<capstan_sim::Simulator>>,
 }
 
 impl std::fmt::Debug for ControllerOptions {
@@ -48,10 +53,10 @@ impl std::fmt::Debug for ControllerOptions {
             .field("runtime", &self.runtime)
             .field("garbage_collection", &self.garbage_collection)
             .field("hosts", &self.hosts)
-            .field("workloads", &self.workloads.as_ref().map(|_| "custom"))
             .field("workloads", &self.workloads.is_some())
             .field("etcd", &self.etcd.is_some())
             .field("bootstrap_report_url", &self.bootstrap_report_url)
+            .field("simulator", &self.simulator.is_some())
             .finish()
     }
 }
@@ -67,6 +72,7 @@ impl ControllerOptions {
             workloads: None,
             etcd: None,
             bootstrap_report_url: None,
+            simulator: None,
         }
     }
 
@@ -80,6 +86,7 @@ impl ControllerOptions {
             workloads: None,
             etcd: None,
             bootstrap_report_url: None,
+            simulator: None,
         }
     }
 }
@@ -101,6 +108,10 @@ pub fn shipped_controllers(options: &ControllerOptions) -> Vec<Box<dyn Task>> {
         options.etcd.clone(),
         options.bootstrap_report_url.clone(),
     ));
+    tasks.extend(capstan_metal3::controllers(options.workloads.clone()));
+    if let Some(simulator) = &options.simulator {
+        tasks.push(simulator.boot_task());
+    }
     if let Some(interval) = options.garbage_collection {
         tasks.push(Box::new(gc::GarbageCollector::new(interval)));
     }

@@ -96,6 +96,7 @@ impl Env {
             workloads: None,
             etcd: None,
             bootstrap_report_url: None,
+            simulator: None,
         };
         let client = in_process_client(self.server.router());
         self.instances
