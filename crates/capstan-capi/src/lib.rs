@@ -3,3 +3,5 @@
 //! They speak to providers only through the Cluster API contracts (fields on the referenced
 //! infrastructure, bootstrap and control-plane objects), so any provider that honours the contracts
 //! plugs in; they reach workload clusters through `capstan-workload`.
+
+pub mod healthcheck;
