@@ -2,6 +2,9 @@
 //!
 //! - [`ipam`]: the Metal3 IPAM pool allocator (IPClaim → IPAddress from an IPPool).
 //! - [`capstan_hosts`]: the BareMetalHost controller (when [`ControllerOptions::hosts`] is set).
+//! - [`capstan_addons`]: the ClusterResourceSet controller, and [`capstan_capi::healthcheck`]: the
+//!   MachineHealthCheck controller (both when [`ControllerOptions::workloads`] is set: they reach
+//!   into workload clusters).
 //! - [`gc`]: the owner-reference garbage collector, for the embedded API server only (a real
 //!   cluster has its own).
 //!
@@ -18,7 +21,7 @@ use serde_json::Value;
 use std::time::Duration;
 
 /// How [`run_controllers`] runs.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct ControllerOptions {
     /// Shutdown, metrics, health, identity and leader election.
     pub runtime: RunOptions,
@@ -28,6 +31,20 @@ pub struct ControllerOptions {
     /// Run the BareMetalHost controller with these settings (it needs the provisioning server
     /// that shares its agent registry running in the same process).
     pub hosts: Option<capstan_hosts::HostSettings>,
+    /// How controllers reach workload clusters; the controllers that need them (ClusterResourceSet,
+    /// MachineHealthCheck) run only when it is set.
+    pub workloads: Option<capstan_workload::SharedWorkloadAccess>,
+}
+
+impl std::fmt::Debug for ControllerOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControllerOptions")
+            .field("runtime", &self.runtime)
+            .field("garbage_collection", &self.garbage_collection)
+            .field("hosts", &self.hosts)
+            .field("workloads", &self.workloads.is_some())
+            .finish()
+    }
 }
 
 impl ControllerOptions {
@@ -38,6 +55,7 @@ impl ControllerOptions {
             runtime,
             garbage_collection: Some(gc::DEFAULT_SWEEP_INTERVAL),
             hosts: None,
+            workloads: None,
         }
     }
 
@@ -48,6 +66,7 @@ impl ControllerOptions {
             runtime,
             garbage_collection: None,
             hosts: None,
+            workloads: None,
         }
     }
 }
@@ -62,6 +81,14 @@ pub fn shipped_controllers(options: &ControllerOptions) -> Vec<Box<dyn Task>> {
         tasks.push(controller_task(capstan_hosts::HostController::new(
             settings.clone(),
         )));
+    }
+    if let Some(workloads) = &options.workloads {
+        tasks.push(controller_task(
+            capstan_addons::ClusterResourceSetController::new(workloads.clone()),
+        ));
+        tasks.push(controller_task(
+            capstan_capi::healthcheck::MachineHealthCheckController::new(workloads.clone()),
+        ));
     }
     if let Some(interval) = options.garbage_collection {
         tasks.push(Box::new(gc::GarbageCollector::new(interval)));

@@ -93,6 +93,7 @@ impl Env {
             runtime: RunOptions::new(shutdown.clone()).with_metrics(self.metrics.clone()),
             garbage_collection,
             hosts: None,
+            workloads: None,
         };
         let client = in_process_client(self.server.router());
         self.instances
