@@ -221,10 +221,7 @@ fn host_row(host: &Value) -> TreeNode {
         .iter()
         .find_map(|op| {
             let metric = &host["status"]["operationHistory"][op];
-            metric["end"]
-                .as_str()
-                .or(metric["start"].as_str())
-                .filter(|t| !t.is_empty())
+            non_empty(&metric["end"]).or(non_empty(&metric["start"]))
         })
         .map(str::to_owned);
     TreeNode {
@@ -238,6 +235,10 @@ fn host_row(host: &Value) -> TreeNode {
         message,
         children: Vec::new(),
     }
+}
+
+fn non_empty(value: &Value) -> Option<&str> {
+    value.as_str().filter(|t| !t.is_empty())
 }
 
 fn capitalise(s: &str) -> String {
@@ -891,22 +892,32 @@ mod tests {
         let now: jiff::Timestamp = NOW.parse().unwrap();
         let text = render_text(&build(&objects()), now, &Style { color: false });
         let expected = "\
-NAME                                                   READY  SEVERITY  REASON                       SINCE  MESSAGE
-Cluster/c                                              False  Warning   NotAvailable                 50m    * Workers: 1 Machine not ready
-├─ClusterInfrastructure - Metal3Cluster/c              True                                          59m
-├─ControlPlane - KubeadmControlPlane/c                 True                                          20m
-│ └─Machine/c-cp-1                                     True             Ready                        30m
-│   └─MachineInfrastructure - Metal3Machine/m-cp-1     True                                          40m
-│     └─BareMetalHost/h0                               True             Provisioned                  55m
+NAME                                                  READY  SEVERITY  REASON                       SINCE  MESSAGE
+Cluster/c                                             False  Warning   NotAvailable                 50m    * Workers: 1 Machine not ready
+├─ClusterInfrastructure - Metal3Cluster/c             True                                          59m
+├─ControlPlane - KubeadmControlPlane/c                True                                          20m
+│ └─Machine/c-cp-1                                    True             Ready                        30m
+│   └─MachineInfrastructure - Metal3Machine/m-cp-1    True                                          40m
+│     └─BareMetalHost/h0                              True             Provisioned                  55m
 └─Workers
-  └─MachineDeployment/c-md                             False  Info      WaitingForAvailableMachines  10m    1 of 3 not ready
-    ├─2 Machines...                                    True                                          30m    See c-md-1, c-md-2
-    └─Machine/c-md-3                                   False  Warning   NotReady                     30m
-      └─MachineInfrastructure - Metal3Machine/m-md-3   False  Warning                                40m
-        └─BareMetalHost/h3                             False  Error     provisioning error           55m    image checksum mismatch
+  └─MachineDeployment/c-md                            False  Info      WaitingForAvailableMachines  10m    1 of 3 not ready
+    ├─2 Machines...                                   True                                          30m    See c-md-1, c-md-2
+    └─Machine/c-md-3                                  False  Warning   NotReady                     30m
+      └─MachineInfrastructure - Metal3Machine/m-md-3  False  Warning                                40m
+        └─BareMetalHost/h3                            False  Error     provisioning error           55m    image checksum mismatch
+
+★ Root cause
+  Cluster/c → MachineDeployment/c-md → Machine/c-md-3 → Metal3Machine/m-md-3 → BareMetalHost/h3
+    provisioning error: image checksum mismatch
+    last Warning Event 2026-01-01T00:07:00Z ProvisioningError: image checksum mismatch
+
+★ Machine timelines
 ";
         assert!(text.starts_with(expected), "{text}");
-        assert!(text.contains("★ Root cause\n  Cluster/c → Workers → MachineDeployment/c-md → Machine/c-md-3 → Metal3Machine/m-md-3 → BareMetalHost/h3\n    provisioning error: image checksum mismatch\n    last Warning Event 2026-01-01T00:07:00Z ProvisioningError: image checksum mismatch\n") || text.contains("BareMetalHost/h3\n    provisioning error: image checksum mismatch"), "{text}");
+        // No colour codes without colour.
+        assert!(!text.contains('\x1b'));
+        let coloured = render_text(&build(&objects()), now, &Style { color: true });
+        assert!(coloured.contains("\x1b[1;31mError\x1b[0m"));
     }
 
     #[test]
