@@ -660,3 +660,88 @@ async fn cilium_manifest_lands_whole() {
     assert!(daemon_sets.get_opt("cilium").await.unwrap().is_some());
     env.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_of_the_resource_set_type_are_applied_others_refused() {
+    let env = Env::start("work").await;
+    env.create(&cluster_object("work", json!({"addons": "yes"})))
+        .await;
+    env.initialise("work").await;
+    let encoded = |text: &str| {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(text)
+    };
+    env.create(&json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "shipped", "namespace": NS},
+        "type": "addons.cluster.x-k8s.io/resource-set",
+        "data": {"s.yaml": encoded(&shipped("from-secret", "s"))},
+    }))
+    .await;
+    env.create(&json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "credentials", "namespace": NS},
+        "type": "Opaque",
+        "data": {"password": encoded("hunter2")},
+    }))
+    .await;
+    env.create(&set_object(
+        "secrets",
+        "ApplyOnce",
+        json!([{"kind": "Secret", "name": "shipped"}, {"kind": "Secret", "name": "credentials"}]),
+    ))
+    .await;
+    eventually("the resource-set Secret to be applied", || async {
+        (workload_value(&env, "from-secret").await.as_deref() == Some("s")).then_some(())
+    })
+    .await;
+    let condition = eventually("the Opaque Secret to be refused", || async {
+        env.set_condition("secrets")
+            .await
+            .filter(|c| c["reason"] == "WrongSecretType")
+    })
+    .await;
+    let message = condition["message"].as_str().unwrap();
+    assert!(
+        message.contains("Secret credentials has type `Opaque`")
+            && message.contains("addons.cluster.x-k8s.io/resource-set"),
+        "{message}"
+    );
+    assert!(!message.contains("hunter2"));
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_workload_cluster_is_reported() {
+    // The test plays only the workload API of `work`; `elsewhere` cannot be reached.
+    let env = Env::start("work").await;
+    env.create(&cluster_object("elsewhere", json!({"addons": "yes"})))
+        .await;
+    env.initialise("elsewhere").await;
+    env.create(&config_map_object(
+        "data",
+        json!({"a.yaml": shipped("x", "1")}),
+    ))
+    .await;
+    env.create(&set_object(
+        "reach",
+        "Reconcile",
+        json!([{"kind": "ConfigMap", "name": "data"}]),
+    ))
+    .await;
+    let condition = eventually("the unreachable cluster to be reported", || async {
+        env.set_condition("reach")
+            .await
+            .filter(|c| c["reason"] == "RemoteClusterClientFailed")
+    })
+    .await;
+    assert!(
+        condition["message"]
+            .as_str()
+            .unwrap()
+            .contains("cannot reach the workload API of Cluster elsewhere"),
+        "{condition}"
+    );
+    assert!(env.binding("elsewhere").await.is_none());
+    env.stop().await;
+}
