@@ -11,7 +11,7 @@
 
 use capstan_addons::ClusterResourceSetController;
 use capstan_addons::apply::Discovery;
-use capstan_apiserver::conversion::ApiVersionRewrite;
+use capstan_apiserver::conversion::ModelConverter;
 use capstan_apiserver::{ApiServer, Auth};
 use capstan_runtime::{CancellationToken, RunOptions, controller_task, in_process_client};
 use capstan_store::{Store, StoreOptions};
@@ -33,13 +33,9 @@ const NS: &str = "default";
 
 async fn api_server(dir: &tempfile::TempDir, name: &str) -> ApiServer {
     let store = Store::open(&dir.path().join(name), StoreOptions::default()).unwrap();
-    ApiServer::new(
-        store,
-        Arc::new(ApiVersionRewrite),
-        Auth { tokens: Vec::new() },
-    )
-    .await
-    .unwrap()
+    ApiServer::new(store, Arc::new(ModelConverter), Auth { tokens: Vec::new() })
+        .await
+        .unwrap()
 }
 
 /// The workload clusters this test plays: each cluster key answers with its own in-process API.

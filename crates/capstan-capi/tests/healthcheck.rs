@@ -7,7 +7,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use capstan_apiserver::conversion::ApiVersionRewrite;
+use capstan_apiserver::conversion::ModelConverter;
 use capstan_apiserver::{ApiServer, Auth};
 use capstan_capi::healthcheck::MachineHealthCheckController;
 use capstan_runtime::{CancellationToken, RunOptions, controller_task, in_process_client};
@@ -52,13 +52,9 @@ impl WorkloadAccess for TestWorkload {
 
 async fn api_server(dir: &tempfile::TempDir, name: &str) -> ApiServer {
     let store = Store::open(&dir.path().join(name), StoreOptions::default()).unwrap();
-    ApiServer::new(
-        store,
-        Arc::new(ApiVersionRewrite),
-        Auth { tokens: Vec::new() },
-    )
-    .await
-    .unwrap()
+    ApiServer::new(store, Arc::new(ModelConverter), Auth { tokens: Vec::new() })
+        .await
+        .unwrap()
 }
 
 fn capi(kind: &str, plural: &str) -> ApiResource {
@@ -285,6 +281,25 @@ impl Env {
         }
     }
 
+    /// The Cluster, its infrastructure provisioned and control plane initialised.
+    async fn cluster(&self) {
+        let clusters: Api<DynamicObject> =
+            Api::namespaced_with(self.management.clone(), NS, &capi("Cluster", "clusters"));
+        self.create(
+            &clusters,
+            json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "metadata": {"name": CLUSTER, "namespace": NS}, "spec": {}}),
+        )
+        .await;
+        clusters
+            .patch_status(
+                CLUSTER,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"status": {"initialization": {"infrastructureProvisioned": true, "controlPlaneInitialized": true}}})),
+            )
+            .await
+            .unwrap();
+    }
+
     async fn machine_condition(&self, machine: &str, type_: &str) -> Option<Value> {
         let machine = self.machines().get_opt(machine).await.unwrap()?;
         machine.data["status"]["conditions"]
@@ -317,21 +332,7 @@ fn json_patch_merge(target: &mut Value, patch: &Value) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unhealthy_machines_are_marked_short_circuited_then_remediated() {
     let env = Env::start().await;
-    let clusters: Api<DynamicObject> =
-        Api::namespaced_with(env.management.clone(), NS, &capi("Cluster", "clusters"));
-    env.create(
-        &clusters,
-        json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "metadata": {"name": CLUSTER, "namespace": NS}, "spec": {}}),
-    )
-    .await;
-    clusters
-        .patch_status(
-            CLUSTER,
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"status": {"initialization": {"infrastructureProvisioned": true, "controlPlaneInitialized": true}}})),
-        )
-        .await
-        .unwrap();
+    env.cluster().await;
 
     env.node("node-a", "True", 30).await;
     env.node("node-b", "False", 30).await;
@@ -504,5 +505,75 @@ async fn unhealthy_machines_are_marked_short_circuited_then_remediated() {
     .await;
     assert_eq!(status["currentHealthy"], 1);
     assert_eq!(status["targets"], json!(["cp-gone", "w-healthy", "w-skip"]));
+    env.stop().await;
+}
+
+/// A v1beta1 MachineHealthCheck (`maxUnhealthy` as a percentage, `unhealthyConditions` with duration
+/// strings) is served converted and honoured the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v1beta1_max_unhealthy_percentage() {
+    let env = Env::start().await;
+    env.cluster().await;
+    env.node("n1", "True", 30).await;
+    env.node("n2", "False", 30).await;
+    env.node("n3", "False", 30).await;
+    for (machine, node) in [("m1", "n1"), ("m2", "n2"), ("m3", "n3")] {
+        env.machine(machine, "MachineSet", Some(node), json!({}))
+            .await;
+    }
+    let v1beta1 = ApiResource {
+        group: "cluster.x-k8s.io".into(),
+        version: "v1beta1".into(),
+        api_version: "cluster.x-k8s.io/v1beta1".into(),
+        kind: "MachineHealthCheck".into(),
+        plural: "machinehealthchecks".into(),
+    };
+    let checks: Api<DynamicObject> = Api::namespaced_with(env.management.clone(), NS, &v1beta1);
+    env.create(
+        &checks,
+        json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta1",
+            "kind": "MachineHealthCheck",
+            "metadata": {"name": "workers", "namespace": NS},
+            "spec": {
+                "clusterName": CLUSTER,
+                "selector": {"matchLabels": {"cluster.x-k8s.io/cluster-name": CLUSTER}},
+                "maxUnhealthy": "40%",
+                "nodeStartupTimeout": "10m",
+                "unhealthyConditions": [{"type": "Ready", "status": "False", "timeout": "300s"}],
+            },
+        }),
+    )
+    .await;
+    // 40% of 3 targets is 1; 2 are unhealthy.
+    let status = eventually("remediation to be short-circuited", || async {
+        let status = env.check_status().await;
+        (status["expectedMachines"] == 3).then_some(status)
+    })
+    .await;
+    assert_eq!(status["currentHealthy"], 1);
+    assert_eq!(status["remediationsAllowed"], 0);
+    let condition = eventually("m2 to be marked", || async {
+        env.machine_condition("m2", "HealthCheckSucceeded").await
+    })
+    .await;
+    assert_eq!(condition["reason"], "UnhealthyNode");
+    assert!(env.machines().get_opt("m2").await.unwrap().is_some());
+
+    checks
+        .patch(
+            "workers",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"maxUnhealthy": "100%"}})),
+        )
+        .await
+        .unwrap();
+    eventually("the unhealthy Machines to be deleted", || async {
+        let m2 = env.machines().get_opt("m2").await.unwrap();
+        let m3 = env.machines().get_opt("m3").await.unwrap();
+        (m2.is_none() && m3.is_none()).then_some(())
+    })
+    .await;
+    assert!(env.machines().get_opt("m1").await.unwrap().is_some());
     env.stop().await;
 }
