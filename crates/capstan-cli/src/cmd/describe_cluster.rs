@@ -690,7 +690,6 @@ pub async fn fetch(client: &kube::Client, namespace: &str, name: &str) -> anyhow
         None,
     )
     .await?;
-    let selector = crate::cmd::get::urlencode(&format!("cluster.x-k8s.io/cluster-name={name}"));
     // Kinds a cluster may not have (or a server may not serve) read as empty.
     let list = |path: String| async move {
         get_json(client, &path, None)
@@ -712,13 +711,17 @@ pub async fn fetch(client: &kube::Client, namespace: &str, name: &str) -> anyhow
     };
     let infrastructure = by_reference(cluster["spec"]["infrastructureRef"].clone()).await;
     let control_plane = by_reference(cluster["spec"]["controlPlaneRef"].clone()).await;
-    let capi = |plural: &str| {
-        format!(
-            "/apis/cluster.x-k8s.io/v1beta2/namespaces/{namespace}/{plural}?labelSelector={selector}"
-        )
+    // By `spec.clusterName` rather than the label: objects made by hand may lack the label.
+    let of_cluster = |items: Vec<Value>| -> Vec<Value> {
+        items
+            .into_iter()
+            .filter(|o| o["spec"]["clusterName"] == name)
+            .collect()
     };
-    let machines = list(capi("machines")).await;
-    let machine_deployments = list(capi("machinedeployments")).await;
+    let capi =
+        |plural: &str| format!("/apis/cluster.x-k8s.io/v1beta2/namespaces/{namespace}/{plural}");
+    let machines = of_cluster(list(capi("machines")).await);
+    let machine_deployments = of_cluster(list(capi("machinedeployments")).await);
     let mut infra_machines = Vec::new();
     let mut kinds: Vec<String> = machines
         .iter()
@@ -732,13 +735,8 @@ pub async fn fetch(client: &kube::Client, namespace: &str, name: &str) -> anyhow
     kinds.dedup();
     for kind in kinds {
         if let Ok(resource) = client::resolve(client, &kind).await {
-            infra_machines.extend(
-                list(format!(
-                    "{}?labelSelector={selector}",
-                    resource.path(Some(namespace), None)
-                ))
-                .await,
-            );
+            // Matched by name from the Machines' references: a provider may not label them.
+            infra_machines.extend(list(resource.path(Some(namespace), None)).await);
         }
     }
     let hosts = list(format!(
@@ -746,7 +744,7 @@ pub async fn fetch(client: &kube::Client, namespace: &str, name: &str) -> anyhow
     ))
     .await;
     let bootstrap_configs = list(format!(
-        "/apis/bootstrap.cluster.x-k8s.io/v1beta2/namespaces/{namespace}/kubeadmconfigs?labelSelector={selector}"
+        "/apis/bootstrap.cluster.x-k8s.io/v1beta2/namespaces/{namespace}/kubeadmconfigs"
     ))
     .await;
     let events = list(format!("/api/v1/namespaces/{namespace}/events")).await;
