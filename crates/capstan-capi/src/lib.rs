@@ -15,12 +15,15 @@
 //!   `spec.template.spec` contract.
 //! - [`machinedeployment`]: MachineDeployment — MachineSets by template hash, RollingUpdate and
 //!   OnDelete, revisions, pause, `rollout.after`.
+//! - [`healthcheck`]: MachineHealthCheck — unhealthy Nodes and Machines that never got one,
+//!   `maxUnhealthy`/`unhealthyRange`, remediation of MachineSet-owned Machines.
 //!
 //! Every write is a merge patch of the fields the controller owns (`capstan_runtime::patch`).
 
 pub mod cluster;
 pub mod contract;
 pub mod drain;
+pub mod healthcheck;
 pub mod machine;
 pub mod machinedeployment;
 pub mod machineset;

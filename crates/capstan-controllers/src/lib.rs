@@ -8,6 +8,9 @@
 //! - [`capstan_metal3`]: the Metal3 infrastructure provider (Metal3Cluster, Metal3Machine).
 //! - [`capstan_sim`]: the simulated workload backend's boot controller (when
 //!   [`ControllerOptions::simulator`] is set).
+//! - [`capstan_addons`]: the ClusterResourceSet controller, and [`capstan_capi::healthcheck`]: the
+//!   MachineHealthCheck controller (both when [`ControllerOptions::workloads`] is set: they reach
+//!   into workload clusters).
 //! - [`gc`]: the owner-reference garbage collector, for the embedded API server only (a real
 //!   cluster has its own).
 //!
@@ -45,6 +48,8 @@ pub struct ControllerOptions {
     pub bootstrap_report_url: Option<String>,
     /// Run the simulated workload backend's boot controller (`capstan serve --simulate-workloads`).
     pub simulator: Option<std::sync::Arc<capstan_sim::Simulator>>,
+    /// How controllers reach workload clusters; the controllers that need them (ClusterResourceSet,
+    /// MachineHealthCheck) run only when it is set.
 }
 
 impl std::fmt::Debug for ControllerOptions {
@@ -111,6 +116,14 @@ pub fn shipped_controllers(options: &ControllerOptions) -> Vec<Box<dyn Task>> {
     tasks.extend(capstan_metal3::controllers(options.workloads.clone()));
     if let Some(simulator) = &options.simulator {
         tasks.push(simulator.boot_task());
+    }
+    if let Some(workloads) = &options.workloads {
+        tasks.push(controller_task(
+            capstan_addons::ClusterResourceSetController::new(workloads.clone()),
+        ));
+        tasks.push(controller_task(
+            capstan_capi::healthcheck::MachineHealthCheckController::new(workloads.clone()),
+        ));
     }
     if let Some(interval) = options.garbage_collection {
         tasks.push(Box::new(gc::GarbageCollector::new(interval)));

@@ -10,6 +10,7 @@ mod controllers;
 mod crds;
 mod delete;
 mod describe;
+mod describe_cluster;
 pub(crate) mod get;
 mod kubeconfig;
 mod lint;
