@@ -31,7 +31,7 @@ use capstan_model::capi::v1beta2::{ClusterResourceSet, ClusterResourceSetBinding
 use capstan_model::meta::{LABEL_CLUSTER_NAME, LabelSelector, selector_matches};
 use capstan_runtime::conditions::{self, FALSE, TRUE};
 use capstan_runtime::controller::ErrorChain;
-use capstan_runtime::{Action, Context, EventType, Reconciler};
+use capstan_runtime::{Action, Cleanup, Context, EventType, Reconciler};
 use capstan_workload::{ClusterKey, SharedWorkloadAccess};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -649,7 +649,7 @@ impl Reconciler for ClusterResourceSetController {
         &self,
         set: Arc<ClusterResourceSet>,
         context: Arc<Context>,
-    ) -> Result<Action, ClusterResourceSetError> {
+    ) -> Result<Cleanup, ClusterResourceSetError> {
         let name = set.name_any();
         let namespace = set
             .metadata
@@ -714,7 +714,7 @@ impl Reconciler for ClusterResourceSetController {
                     ))?;
             }
         }
-        Ok(Action::await_change())
+        Ok(Cleanup::Done)
     }
 }
 

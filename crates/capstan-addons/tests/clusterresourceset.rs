@@ -12,8 +12,9 @@
 use capstan_addons::ClusterResourceSetController;
 use capstan_addons::apply::Discovery;
 use capstan_apiserver::conversion::ModelConverter;
+use capstan_apiserver::in_process_client;
 use capstan_apiserver::{ApiServer, Auth};
-use capstan_runtime::{CancellationToken, RunOptions, controller_task, in_process_client};
+use capstan_runtime::{CancellationToken, RunOptions, controller_task};
 use capstan_store::{Store, StoreOptions};
 use capstan_workload::{ClusterKey, WorkloadAccess, WorkloadError};
 use futures::future::BoxFuture;

@@ -8,9 +8,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use capstan_apiserver::conversion::ModelConverter;
+use capstan_apiserver::in_process_client;
 use capstan_apiserver::{ApiServer, Auth};
 use capstan_capi::healthcheck::MachineHealthCheckController;
-use capstan_runtime::{CancellationToken, RunOptions, controller_task, in_process_client};
+use capstan_runtime::{CancellationToken, RunOptions, controller_task};
 use capstan_store::{Store, StoreOptions};
 use capstan_workload::{ClusterKey, WorkloadAccess, WorkloadError};
 use futures::future::BoxFuture;

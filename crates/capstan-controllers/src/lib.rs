@@ -48,8 +48,6 @@ pub struct ControllerOptions {
     pub bootstrap_report_url: Option<String>,
     /// Run the simulated workload backend's boot controller (`capstan serve --simulate-workloads`).
     pub simulator: Option<std::sync::Arc<capstan_sim::Simulator>>,
-    /// How controllers reach workload clusters; the controllers that need them (ClusterResourceSet,
-    /// MachineHealthCheck) run only when it is set.
 }
 
 impl std::fmt::Debug for ControllerOptions {

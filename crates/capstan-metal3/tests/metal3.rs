@@ -8,13 +8,14 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use capstan_apiserver::conversion::ModelConverter;
+use capstan_apiserver::in_process_client;
 use capstan_apiserver::{ApiServer, Auth};
 use capstan_hosts::{AgentRegistry, HostController, HostSettings, ServerSettings};
 use capstan_infra::{InfraClusterController, InfraMachineController};
 use capstan_metal3::{Metal3ClusterProvider, Metal3MachineProvider};
 use capstan_model::capm3::v1beta2::{Metal3Cluster, Metal3Machine};
 use capstan_model::metal3::BareMetalHost;
-use capstan_runtime::{CancellationToken, RunOptions, controller_task, in_process_client};
+use capstan_runtime::{CancellationToken, RunOptions, controller_task};
 use capstan_store::{Store, StoreOptions};
 use capstan_workload::{ClusterKey, WorkloadAccess, WorkloadError};
 use futures::future::BoxFuture;

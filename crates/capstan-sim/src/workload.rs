@@ -72,7 +72,7 @@ impl SimCluster {
             cluster: key.clone(),
             source,
         })?;
-        let client = capstan_runtime::in_process_client(server.router());
+        let client = capstan_apiserver::in_process_client(server.router());
         Ok(Arc::new(Self {
             key,
             server,
