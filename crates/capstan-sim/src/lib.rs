@@ -24,8 +24,9 @@
 //!   and a `Ready` condition, once.
 //! - **etcd**: [`EtcdMembership`] over the members recorded above (ids, health, leader).
 //! - **Access**: [`WorkloadAccess`] hands out in-process clients for the clusters played here;
-//!   clusters of `fake://` hosts not initialised yet are "unreachable", and every other cluster goes
-//!   to the real [`KubeconfigAccess`].
+//!   every other cluster is "unreachable" until its control plane runs `kubeadm init` in the
+//!   simulation. A cluster's kubeconfig is never used: its endpoint (a VIP on the hosts' network)
+//!   is not where the simulated API is, and is never dialled.
 //! - **kubectl**: with [`SimSettings::listen`], each workload API also listens on a loopback HTTPS
 //!   port with a certificate from the cluster's CA ([`listener`]); the Cluster is annotated with the
 //!   URL and `capstan kubeconfig CLUSTER` prints a kubeconfig for it.
@@ -43,13 +44,10 @@ pub mod cloud_config;
 pub mod listener;
 pub mod workload;
 
-use capstan_model::metal3::BareMetalHost;
-use capstan_workload::{
-    ClusterKey, EtcdMember, EtcdMembership, KubeconfigAccess, WorkloadAccess, WorkloadError,
-};
+use capstan_workload::{ClusterKey, EtcdMember, EtcdMembership, WorkloadAccess, WorkloadError};
 use futures::future::BoxFuture;
 use kube::Client;
-use kube::api::{Api, ListParams};
+
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -113,14 +111,12 @@ pub struct Simulator {
     settings: SimSettings,
     clusters: Mutex<HashMap<ClusterKey, Arc<SimCluster>>>,
     starting: tokio::sync::Mutex<()>,
-    fallback: KubeconfigAccess,
 }
 
 impl Simulator {
     /// A simulator reading hosts through `management`.
     pub fn new(management: Client, settings: SimSettings) -> Arc<Self> {
         Arc::new(Self {
-            fallback: KubeconfigAccess::new(management.clone()),
             management,
             settings,
             clusters: Mutex::new(HashMap::new()),
@@ -185,24 +181,6 @@ impl Simulator {
         &self.management
     }
 
-    /// Whether `cluster` is one this simulator plays (it has `fake://` hosts).
-    async fn plays(&self, cluster: &ClusterKey) -> Result<bool, WorkloadError> {
-        let hosts: Api<BareMetalHost> =
-            Api::namespaced(self.management.clone(), &cluster.namespace);
-        let list = hosts
-            .list(&ListParams::default().labels(&format!(
-                "{}={}",
-                capstan_model::meta::LABEL_CLUSTER_NAME,
-                cluster.name
-            )))
-            .await
-            .map_err(|e| WorkloadError::Other {
-                cluster: cluster.clone(),
-                reason: format!("listing its hosts: {e}"),
-            })?;
-        Ok(list.items.iter().any(boot::is_fake))
-    }
-
     fn not_simulated(cluster: &ClusterKey) -> WorkloadError {
         WorkloadError::Other {
             cluster: cluster.clone(),
@@ -220,15 +198,14 @@ impl WorkloadAccess for Simulator {
             if let Some(simulated) = self.cluster(cluster) {
                 return Ok(simulated.client.clone());
             }
-            if self.plays(cluster).await? {
-                return Err(Self::not_simulated(cluster));
-            }
-            self.fallback.client(cluster).await
+            // Never the kubeconfig: with the simulation on, a cluster's endpoint (a VIP on the
+            // hosts' network) is not where its API is, and must not be dialled.
+            Err(Self::not_simulated(cluster))
         })
     }
 
-    fn forget(&self, cluster: &ClusterKey) {
-        self.fallback.forget(cluster);
+    fn forget(&self, _cluster: &ClusterKey) {
+        // In-process clients of simulated clusters stay valid for the cluster's lifetime.
     }
 }
 
