@@ -1,15 +1,31 @@
 //! Reading a node's bootstrap data the way cloud-init and kubeadm would, far enough to know what
 //! the node would do: render the `## template: jinja` variables from the host's meta data, parse the
-//! cloud-config, find `/run/kubeadm/kubeadm.yaml` among `write_files` and the `kubeadm init|join`
-//! in `runcmd`, and read the kubeadm documents (InitConfiguration, ClusterConfiguration,
+//! cloud-config, find the `kubeadm init|join` in `runcmd` and the file its `--config` names among
+//! `write_files`, and read the kubeadm documents (InitConfiguration, ClusterConfiguration,
 //! JoinConfiguration; v1beta3 maps and v1beta4 lists for `kubeletExtraArgs`).
 
 use base64::Engine;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 
-/// Where CABPK writes the kubeadm configuration.
+/// Where CABPK writes the kubeadm configuration of `kubeadm init`.
 pub const KUBEADM_CONFIG_PATH: &str = "/run/kubeadm/kubeadm.yaml";
+/// Where CABPK writes the kubeadm configuration of `kubeadm join`.
+pub const KUBEADM_JOIN_CONFIG_PATH: &str = "/run/kubeadm/kubeadm-join-config.yaml";
+
+/// The file after `--config` (or `--config=`) in a kubeadm command line.
+fn config_argument(command: &str) -> Option<&str> {
+    let mut words = command.split_whitespace();
+    while let Some(word) = words.next() {
+        if word == "--config" {
+            return words.next();
+        }
+        if let Some(path) = word.strip_prefix("--config=") {
+            return Some(path);
+        }
+    }
+    None
+}
 
 /// Why bootstrap data cannot be followed (a real node would fail the same way).
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -20,14 +36,14 @@ pub enum CloudConfigError {
     UndefinedVariable(String),
     #[error("the cloud-config is not YAML: {0}")]
     Yaml(String),
-    #[error("write_files has no {KUBEADM_CONFIG_PATH}")]
-    NoKubeadmConfig,
+    #[error("write_files has no {0}, the file the kubeadm command reads")]
+    NoKubeadmConfig(String),
     #[error("write_files entry {path}: {reason}")]
     BadFile { path: String, reason: String },
     #[error("runcmd runs neither `kubeadm init` nor `kubeadm join`")]
     NoKubeadmCommand,
-    #[error("{KUBEADM_CONFIG_PATH} has no {0}")]
-    MissingDocument(&'static str),
+    #[error("{0} has no {1}")]
+    MissingDocument(String, &'static str),
 }
 
 /// What the node would do.
@@ -177,20 +193,6 @@ pub fn read(data: &[u8], meta: &Map<String, Value>) -> Result<Bootstrap, CloudCo
         .into_iter()
         .next()
         .unwrap_or(Value::Null);
-    let file = config["write_files"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|f| f["path"].as_str() == Some(KUBEADM_CONFIG_PATH))
-        .ok_or(CloudConfigError::NoKubeadmConfig)?;
-    let kubeadm_text = file_content(file, KUBEADM_CONFIG_PATH)?;
-    let documents = yaml_documents(KUBEADM_CONFIG_PATH, &kubeadm_text)?;
-    let find = |kind: &str| {
-        documents
-            .iter()
-            .find(|d| d["kind"].as_str() == Some(kind))
-            .cloned()
-    };
     let commands: Vec<String> = config["runcmd"]
         .as_array()
         .into_iter()
@@ -204,22 +206,50 @@ pub fn read(data: &[u8], meta: &Map<String, Value>) -> Result<Bootstrap, CloudCo
             other => other.as_str().unwrap_or_default().to_owned(),
         })
         .collect();
-    let action = if commands.iter().any(|c| c.contains("kubeadm init")) {
+    // The kubeadm command decides the action, and its `--config` the file kubeadm reads (CABPK:
+    // `/run/kubeadm/kubeadm.yaml` for init, `/run/kubeadm/kubeadm-join-config.yaml` for join).
+    let (init, command) = if let Some(c) = commands.iter().find(|c| c.contains("kubeadm init")) {
+        (true, c)
+    } else if let Some(c) = commands.iter().find(|c| c.contains("kubeadm join")) {
+        (false, c)
+    } else {
+        return Err(CloudConfigError::NoKubeadmCommand);
+    };
+    let config_path = config_argument(command).unwrap_or(if init {
+        KUBEADM_CONFIG_PATH
+    } else {
+        KUBEADM_JOIN_CONFIG_PATH
+    });
+    let file = config["write_files"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|f| f["path"].as_str() == Some(config_path))
+        .ok_or_else(|| CloudConfigError::NoKubeadmConfig(config_path.to_owned()))?;
+    let kubeadm_text = file_content(file, config_path)?;
+    let documents = yaml_documents(config_path, &kubeadm_text)?;
+    let find = |kind: &str| {
+        documents
+            .iter()
+            .find(|d| d["kind"].as_str() == Some(kind))
+            .cloned()
+    };
+    let action = if init {
         KubeadmAction::Init
-    } else if commands.iter().any(|c| c.contains("kubeadm join")) {
-        let join = find("JoinConfiguration")
-            .ok_or(CloudConfigError::MissingDocument("JoinConfiguration"))?;
+    } else {
+        let join = find("JoinConfiguration").ok_or_else(|| {
+            CloudConfigError::MissingDocument(config_path.to_owned(), "JoinConfiguration")
+        })?;
         KubeadmAction::Join {
             control_plane: !join["controlPlane"].is_null(),
         }
-    } else {
-        return Err(CloudConfigError::NoKubeadmCommand);
     };
     let (registration, token, init_tokens, cluster_configuration) = match action {
         KubeadmAction::Init => {
             let init = find("InitConfiguration").unwrap_or(Value::Null);
-            let cluster = find("ClusterConfiguration")
-                .ok_or(CloudConfigError::MissingDocument("ClusterConfiguration"))?;
+            let cluster = find("ClusterConfiguration").ok_or_else(|| {
+                CloudConfigError::MissingDocument(config_path.to_owned(), "ClusterConfiguration")
+            })?;
             let tokens = init["bootstrapTokens"]
                 .as_array()
                 .into_iter()
@@ -365,9 +395,10 @@ runcmd:
     fn refusals_name_the_problem() {
         let cases: Vec<(String, CloudConfigError)> = vec![
             ("## template: jinja\nx: '{{ ds.meta_data.nope }}'\n".into(), CloudConfigError::UndefinedVariable("ds.meta_data.nope".into())),
-            ("#cloud-config\nruncmd: [kubeadm init]\n".into(), CloudConfigError::NoKubeadmConfig),
+            ("#cloud-config\nruncmd: [kubeadm init]\n".into(), CloudConfigError::NoKubeadmConfig(KUBEADM_CONFIG_PATH.into())),
+            ("#cloud-config\nwrite_files:\n- path: /run/kubeadm/kubeadm.yaml\n  content: 'kind: JoinConfiguration'\nruncmd: ['kubeadm join --config /run/kubeadm/kubeadm-join-config.yaml']\n".into(), CloudConfigError::NoKubeadmConfig(KUBEADM_JOIN_CONFIG_PATH.into())),
             ("#cloud-config\nwrite_files:\n- path: /run/kubeadm/kubeadm.yaml\n  content: 'kind: JoinConfiguration'\nruncmd: [echo]\n".into(), CloudConfigError::NoKubeadmCommand),
-            ("#cloud-config\nwrite_files:\n- path: /run/kubeadm/kubeadm.yaml\n  content: 'kind: InitConfiguration'\nruncmd: [kubeadm init]\n".into(), CloudConfigError::MissingDocument("ClusterConfiguration")),
+            ("#cloud-config\nwrite_files:\n- path: /run/kubeadm/kubeadm.yaml\n  content: 'kind: InitConfiguration'\nruncmd: [kubeadm init]\n".into(), CloudConfigError::MissingDocument(KUBEADM_CONFIG_PATH.into(), "ClusterConfiguration")),
         ];
         for (data, want) in cases {
             assert_eq!(read(data.as_bytes(), &meta()).err(), Some(want), "{data}");
