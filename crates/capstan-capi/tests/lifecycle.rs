@@ -878,11 +878,41 @@ async fn machine_deletion_drains_by_eviction_and_names_the_blocking_pod_until_th
         .await
         .unwrap();
 
+    // A pre-drain hook holds the Machine before anything is evicted.
+    let hook = "pre-drain.delete.hook.machine.cluster.x-k8s.io/backup";
+    env.machines()
+        .patch(
+            &node,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"annotations": {hook: "backup-operator"}}})),
+        )
+        .await
+        .unwrap();
     env.machines()
         .delete(&node, &DeleteParams::default())
         .await
         .unwrap();
     let pods: Api<Pod> = Api::namespaced(env.workload.clone(), NS);
+    let held = eventually("the pre-drain hook to hold the Machine", || async {
+        let m = env.machines().get(&node).await.ok()?;
+        m.status?.conditions.into_iter().find(|c| {
+            c.type_ == "Deleting" && c.reason.as_deref() == Some("WaitingForPreDrainHook")
+        })
+    })
+    .await;
+    assert!(held.message.unwrap_or_default().contains(hook));
+    assert!(
+        pods.get_opt("web").await.unwrap().is_some(),
+        "nothing evicted while the hook holds"
+    );
+    env.machines()
+        .patch(
+            &node,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"annotations": {hook: null}}})),
+        )
+        .await
+        .unwrap();
     let blocked = eventually(
         "the drain to evict web and name the PDB-blocked db Pod",
         || async {
