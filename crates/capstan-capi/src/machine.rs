@@ -540,20 +540,45 @@ impl MachineController {
             }
         };
         let nodes: Api<Node> = Api::all(workload);
-        let listed = match nodes.list(&ListParams::default()).await {
-            Ok(list) => list.items,
-            Err(err) => {
-                workloads.forget(&key);
-                return Ok((
-                    NodeState::Unreachable(format!("listing Nodes in cluster {key}: {err}")),
-                    None,
-                ));
-            }
+        let has_id =
+            |n: &Node| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id);
+        // A known Node is read by name (one small request per health check); the list by
+        // providerID is only needed until the Node is first found, or if it was replaced.
+        let known = machine
+            .status
+            .as_ref()
+            .and_then(|s| s.node_ref.as_ref())
+            .and_then(|r| r.get("name"))
+            .and_then(Value::as_str);
+        let by_name = match known {
+            Some(name) => match nodes.get_opt(name).await {
+                Ok(found) => found.filter(|n| has_id(n)),
+                Err(err) => {
+                    workloads.forget(&key);
+                    return Ok((
+                        NodeState::Unreachable(format!(
+                            "reading Node {name} in cluster {key}: {err}"
+                        )),
+                        None,
+                    ));
+                }
+            },
+            None => None,
         };
-        let Some(node) = listed
-            .into_iter()
-            .find(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id))
-        else {
+        let found = match by_name {
+            Some(node) => Some(node),
+            None => match nodes.list(&ListParams::default()).await {
+                Ok(list) => list.items.into_iter().find(|n| has_id(n)),
+                Err(err) => {
+                    workloads.forget(&key);
+                    return Ok((
+                        NodeState::Unreachable(format!("listing Nodes in cluster {key}: {err}")),
+                        None,
+                    ));
+                }
+            },
+        };
+        let Some(node) = found else {
             return Ok((
                 NodeState::NotFound(format!(
                     "no Node with providerID {provider_id} in cluster {key} yet"

@@ -418,7 +418,9 @@ impl MachineDeploymentController {
             &ApiResource::erase::<MachineSet>(&()),
         );
         match sets.create(&PostParams::default(), &object).await {
-            Ok(_) | Err(kube::Error::Api(_)) => {}
+            Ok(_) => {}
+            // Made by an earlier pass whose read of the sets was stale: the same set, by name.
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
             Err(source) => {
                 return Err(api_error("creating", "MachineSet", namespace, &name)(
                     source,

@@ -878,11 +878,41 @@ async fn machine_deletion_drains_by_eviction_and_names_the_blocking_pod_until_th
         .await
         .unwrap();
 
+    // A pre-drain hook holds the Machine before anything is evicted.
+    let hook = "pre-drain.delete.hook.machine.cluster.x-k8s.io/backup";
+    env.machines()
+        .patch(
+            &node,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"annotations": {hook: "backup-operator"}}})),
+        )
+        .await
+        .unwrap();
     env.machines()
         .delete(&node, &DeleteParams::default())
         .await
         .unwrap();
     let pods: Api<Pod> = Api::namespaced(env.workload.clone(), NS);
+    let held = eventually("the pre-drain hook to hold the Machine", || async {
+        let m = env.machines().get(&node).await.ok()?;
+        m.status?.conditions.into_iter().find(|c| {
+            c.type_ == "Deleting" && c.reason.as_deref() == Some("WaitingForPreDrainHook")
+        })
+    })
+    .await;
+    assert!(held.message.unwrap_or_default().contains(hook));
+    assert!(
+        pods.get_opt("web").await.unwrap().is_some(),
+        "nothing evicted while the hook holds"
+    );
+    env.machines()
+        .patch(
+            &node,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"annotations": {hook: null}}})),
+        )
+        .await
+        .unwrap();
     let blocked = eventually(
         "the drain to evict web and name the PDB-blocked db Pod",
         || async {
@@ -930,5 +960,114 @@ async fn machine_deletion_drains_by_eviction_and_names_the_blocking_pod_until_th
         pods.get_opt("db").await.unwrap().is_some(),
         "PDB-protected Pod not evicted"
     );
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn machine_set_adopts_orphans_and_deletes_marked_machines_first() {
+    let env = Env::start().await;
+    env.cluster_objects("epsilon").await;
+    env.templates("workers-a", "http://images.example/a.img")
+        .await;
+    // An orphan Machine (with its own provider objects) that the set's selector matches.
+    create(
+        &env.client,
+        &metal3_machine(),
+        json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "Metal3Machine",
+            "metadata": {"name": "orphan", "namespace": NS},
+            "spec": {"image": {"url": "http://images.example/a.img"}},
+        }),
+    )
+    .await;
+    create(&env.client, &resource("cluster.x-k8s.io", "v1beta2", "Machine", "machines"), json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+        "metadata": {"name": "orphan", "namespace": NS, "labels": {"pool": "set"}},
+        "spec": {
+            "clusterName": "epsilon",
+            "bootstrap": {"dataSecretName": "orphan-bootstrap"},
+            "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "Metal3Machine", "name": "orphan"},
+        },
+    }))
+    .await;
+    create(&env.client, &resource("cluster.x-k8s.io", "v1beta2", "MachineSet", "machinesets"), json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineSet",
+        "metadata": {"name": "set", "namespace": NS, "labels": {"cluster.x-k8s.io/cluster-name": "epsilon"}},
+        "spec": {
+            "clusterName": "epsilon",
+            "replicas": 2,
+            "deletion": {"order": "Oldest"},
+            "selector": {"matchLabels": {"pool": "set"}},
+            "template": {
+                "metadata": {"labels": {"pool": "set"}},
+                "spec": {
+                    "clusterName": "epsilon",
+                    "bootstrap": {"configRef": {"apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "KubeadmConfigTemplate", "name": "workers"}},
+                    "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "Metal3MachineTemplate", "name": "workers-a"},
+                },
+            },
+        },
+    }))
+    .await;
+    let sets: Api<MachineSet> = Api::namespaced(env.client.clone(), NS);
+    let set_uid = sets.get("set").await.unwrap().uid().unwrap();
+    let machines = eventually(
+        "the orphan adopted and one Machine made: 2 Running",
+        || async {
+            let all = env
+                .machines()
+                .list(&ListParams::default().labels("pool=set"))
+                .await
+                .ok()?
+                .items;
+            let owned = all
+                .iter()
+                .filter(|m| {
+                    m.owner_references()
+                        .iter()
+                        .any(|o| o.uid == set_uid && o.controller == Some(true))
+                })
+                .count();
+            let running = all
+                .iter()
+                .filter(|m| m.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+                .count();
+            (all.len() == 2 && owned == 2 && running == 2).then_some(all)
+        },
+    )
+    .await;
+    let made = machines
+        .iter()
+        .find(|m| m.name_any() != "orphan")
+        .unwrap()
+        .name_any();
+    // Marked for deletion: it goes first, whatever the order says.
+    env.machines()
+        .patch(&made, &PatchParams::default(), &Patch::Merge(&json!({"metadata": {"annotations": {capstan_capi::ANNOTATION_DELETE_MACHINE: ""}}})))
+        .await
+        .unwrap();
+    sets.patch(
+        "set",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"spec": {"replicas": 1}})),
+    )
+    .await
+    .unwrap();
+    eventually("only the orphan to remain", || async {
+        let all = env
+            .machines()
+            .list(&ListParams::default().labels("pool=set"))
+            .await
+            .ok()?
+            .items;
+        (all.len() == 1 && all[0].name_any() == "orphan").then_some(())
+    })
+    .await;
+    let status = eventually("the set's status to count 1", || async {
+        let s = sets.get("set").await.ok()?.status?;
+        (s.replicas == Some(1) && s.ready_replicas == Some(1)).then_some(s)
+    })
+    .await;
+    assert_eq!(status.selector.as_deref(), Some("pool=set"));
     env.stop().await;
 }
