@@ -46,6 +46,26 @@ pub fn lint(objects: Vec<LoadedObject>, options: &LintOptions) -> Report {
     let index = index::Index::build(&objects, &mut out);
     if let Some(schemas) = &options.schemas {
         rules::schema::check(&index, schemas, &mut out);
+        // A field both the model and the CRD schema call unknown is reported once, by the schema.
+        let by_schema: std::collections::HashSet<(String, u32, String)> = out
+            .iter()
+            .filter(|d| d.rule == rule_id::SCHEMA_VIOLATION)
+            .map(|d| {
+                (
+                    d.location.file.clone(),
+                    d.location.line,
+                    d.location.path.clone(),
+                )
+            })
+            .collect();
+        out.retain(|d| {
+            d.rule != rule_id::UNKNOWN_FIELD
+                || !by_schema.contains(&(
+                    d.location.file.clone(),
+                    d.location.line,
+                    d.location.path.clone(),
+                ))
+        });
     }
     rules::run(&index, options.partial, &mut out);
     Report::new(out)
