@@ -1,6 +1,7 @@
 //! `capstan kubeconfig`: prints the admin kubeconfig `capstan serve` wrote.
 
 use crate::output::Exit;
+use crate::output::out;
 use anyhow::Context;
 use std::path::PathBuf;
 
@@ -23,6 +24,6 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
             path.display()
         )
     })?;
-    print!("{text}");
+    out!("{text}");
     Ok(Exit::Ok)
 }
