@@ -182,12 +182,23 @@ fn unreachable_or(err: anyhow::Error, server: &str, kubeconfig: &Path) -> anyhow
     }
 }
 
+/// The text of the last error in `err`'s source chain.
+fn innermost(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause = err;
+    while let Some(source) = cause.source() {
+        cause = source;
+    }
+    cause.to_string()
+}
+
 /// A client from a kubeconfig file, and the server URL it talks to.
 pub async fn connect(kubeconfig: &Path) -> anyhow::Result<(kube::Client, String)> {
-    let config = kube::config::Kubeconfig::read_from(kubeconfig).with_context(|| {
-        format!(
-            "reading kubeconfig {} (is `capstan serve` running? it writes the kubeconfig into its data directory)",
-            kubeconfig.display()
+    // One line: the kube error's own text repeats its source, so only the innermost cause is shown.
+    let config = kube::config::Kubeconfig::read_from(kubeconfig).map_err(|err| {
+        anyhow!(
+            "cannot read kubeconfig {}: {}; is `capstan serve` running? (it writes one into its data directory)",
+            kubeconfig.display(),
+            innermost(&err)
         )
     })?;
     let options = kube::config::KubeConfigOptions::default();

@@ -330,11 +330,14 @@ fn cli_verbs_backup_and_restore() {
     let (ok, out, err) = capstan(&["apply", "-f", manifest.to_str().unwrap()], &kc);
     assert!(ok, "{err}");
     assert!(
-        out.contains("baremetalhosts/h0 created") && out.contains("secrets/h0-bmc created"),
+        out.contains("baremetalhost.metal3.io/h0 created") && out.contains("secret/h0-bmc created"),
         "{out}"
     );
     let (_, again, _) = capstan(&["apply", "-f", manifest.to_str().unwrap()], &kc);
-    assert!(again.contains("baremetalhosts/h0 unchanged"), "{again}");
+    assert!(
+        again.contains("baremetalhost.metal3.io/h0 unchanged"),
+        "{again}"
+    );
     let (ok, table, _) = capstan(&["get", "bmh"], &kc);
     assert!(
         ok && table.contains("NAME") && table.contains("ONLINE") && table.contains("h0"),
@@ -346,7 +349,7 @@ fn cli_verbs_backup_and_restore() {
     assert_eq!(parsed["spec"]["bmc"]["credentialsName"], "h0-bmc");
     let (ok, names, _) = capstan(&["get", "bmh", "-l", "role=worker", "-o", "name"], &kc);
     assert!(
-        ok && names.trim() == "baremetalhosts.metal3.io/h0",
+        ok && names.trim() == "baremetalhost.metal3.io/h0",
         "{names}"
     );
     let (ok, described, _) = capstan(&["describe", "secret", "h0-bmc"], &kc);
@@ -393,7 +396,7 @@ fn cli_verbs_backup_and_restore() {
     );
     let (ok, names, _) = capstan(&["get", "bmh", "-o", "name"], &restored.kubeconfig);
     assert!(
-        ok && names.trim() == "baremetalhosts.metal3.io/h0",
+        ok && names.trim() == "baremetalhost.metal3.io/h0",
         "{names}"
     );
     drop(restored);
@@ -594,6 +597,12 @@ fn upstream_crds_loaded_at_start_validate_and_default_objects() {
         err.contains("bootMacAddress") || err.contains("unknown field"),
         "{err}"
     );
+    // The error points at the field's line (17), not at the document's first line (9).
+    assert!(err.contains("hosts.yaml:17"), "{err}");
+    std::fs::write(&file, MANIFEST.replace("online: true", "online: \"yes\"")).unwrap();
+    let (ok, _, err) = capstan(&["apply", "-f", file.to_str().unwrap()], &server.kubeconfig);
+    assert!(!ok, "a string where the schema wants a boolean is refused");
+    assert!(err.contains("hosts.yaml:16"), "{err}");
     std::fs::write(&file, MANIFEST).unwrap();
     let (ok, _, err) = capstan(&["apply", "-f", file.to_str().unwrap()], &server.kubeconfig);
     assert!(ok, "{err}");
@@ -804,6 +813,19 @@ fn client_verbs_name_objects_as_kubectl_does_and_agree_on_exit_codes() {
         !err.contains("ERROR") && !err.contains("HyperError"),
         "{err}"
     );
+    // No kubeconfig at all: one line too, with the same hint.
+    let (code, _, err) = capstan_env(
+        &[
+            "get",
+            "bmh",
+            "--data-dir",
+            dir.path().join("nowhere").to_str().unwrap(),
+        ],
+        None,
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert!(err.contains("is `capstan serve` running?"), "{err}");
 }
 
 #[test]
