@@ -112,10 +112,10 @@ static RULES: &[RuleInfo] = &[
     ),
     rule(
         id::UNKNOWN_FIELD,
-        Error,
-        "a field its kind does not have (a misspelling such as `spec.onlin`)",
-        "The API server rejects an object with an unknown field when it validates strictly (`kubectl apply`'s default), or drops the field silently; either way the setting never takes effect. Lint knows the fields from capstan's typed model of each kind, so no `--schemas` is needed; `status` and the core kinds are not checked.",
-        "Fix the spelling, or remove the field.",
+        Warning,
+        "a field capstan's model of the kind does not know (a misspelling such as `spec.onlin`?)",
+        "The API server rejects an object with an unknown field when it validates strictly (`kubectl apply`'s default), or drops the field silently; either way the setting never takes effect. Lint knows the fields from capstan's typed model of each kind, so no `--schemas` is needed; `status` and the core kinds are not checked. The model lacks a few rarely used upstream fields, so this is a warning; with `--schemas DIR` the CRD schema decides instead.",
+        "Fix the spelling, or remove the field; if the field is a real one, `--schemas` with the upstream CRDs confirms it.",
     ),
     rule(
         id::SCHEMA_VIOLATION,

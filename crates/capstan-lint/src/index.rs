@@ -639,13 +639,13 @@ fn unknown_fields<T: DeserializeOwned>(obj: &LoadedObject, out: &mut Vec<Diagnos
         out.push(
             Diagnostic::new(
                 id::UNKNOWN_FIELD,
-                format!("`{path}` is not a field of {kind}"),
+                format!("`{path}` is not a field capstan knows in {kind}"),
                 Location::of(obj, &path),
             )
             .why(format!(
                 "the API server rejects a {kind} with an unknown field (or drops it); the setting never takes effect"
             ))
-            .hint("fix the spelling or remove the field"),
+            .hint("fix the spelling or remove the field; `--schemas` with the upstream CRDs settles whether it exists"),
         );
     }
 }

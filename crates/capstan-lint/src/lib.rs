@@ -46,25 +46,14 @@ pub fn lint(objects: Vec<LoadedObject>, options: &LintOptions) -> Report {
     let index = index::Index::build(&objects, &mut out);
     if let Some(schemas) = &options.schemas {
         rules::schema::check(&index, schemas, &mut out);
-        // A field both the model and the CRD schema call unknown is reported once, by the schema.
-        let by_schema: std::collections::HashSet<(String, u32, String)> = out
-            .iter()
-            .filter(|d| d.rule == rule_id::SCHEMA_VIOLATION)
-            .map(|d| {
-                (
-                    d.location.file.clone(),
-                    d.location.line,
-                    d.location.path.clone(),
-                )
-            })
-            .collect();
+        // Where a CRD schema is given for the kind, it is the authority on fields: the model's
+        // (possibly partial) view of the kind does not add its own unknown-field findings.
         out.retain(|d| {
             d.rule != rule_id::UNKNOWN_FIELD
-                || !by_schema.contains(&(
-                    d.location.file.clone(),
-                    d.location.line,
-                    d.location.path.clone(),
-                ))
+                || d.location
+                    .object
+                    .as_ref()
+                    .is_none_or(|o| schemas.version_for(&o.api_version, &o.kind).is_none())
         });
     }
     rules::run(&index, options.partial, &mut out);
