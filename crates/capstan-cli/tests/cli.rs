@@ -299,7 +299,12 @@ fn lint_finds_a_misspelled_field_without_schemas() {
         "--color",
         "never",
     ]);
-    assert_eq!(out.status.code(), Some(0), "a warning: {}", text(&out.stdout));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "a warning: {}",
+        text(&out.stdout)
+    );
     let report = text(&out.stdout);
     assert!(
         report.contains("warning[unknown-field]") && report.contains("host.yaml:6"),

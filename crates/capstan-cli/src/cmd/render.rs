@@ -47,11 +47,11 @@ pub fn run(args: Args, style: &Style) -> anyhow::Result<Exit> {
         Ok(bundle) => bundle,
         Err(err) => return Ok(report(&err, style)),
     };
-    if args.fake_bmcs {
-        if let Err(err) = fake_bmcs(&spec, &mut bundle) {
-            eprintln!("{} {err}", style.error("error:"));
-            return Ok(Exit::Invalid);
-        }
+    if args.fake_bmcs
+        && let Err(err) = fake_bmcs(&spec, &mut bundle)
+    {
+        eprintln!("{} {err}", style.error("error:"));
+        return Ok(Exit::Invalid);
     }
     if let Err(err) = capstan_render::write_bundle(&bundle, &args.output_dir) {
         return Ok(report(&err, style));
