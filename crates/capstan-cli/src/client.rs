@@ -1,50 +1,139 @@
 //! Connecting to an API server (capstan's own or a real cluster) and finding resources by the names
 //! people type (`bmh`, `baremetalhosts`, `BareMetalHost`, `kcp`, `clusters.cluster.x-k8s.io`).
+//!
+//! Which kubeconfig: flags before the environment, the more specific before the less —
+//! `--kubeconfig`, `--data-dir`, `$KUBECONFIG`, `$CAPSTAN_DATA_DIR`, then the default data
+//! directory. When a setting that was given loses to another, a warning says which one is used.
 
 use anyhow::{Context, anyhow};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
-/// Where the kubeconfig comes from: `--kubeconfig`, then `$KUBECONFIG`, then `<data-dir>/kubeconfig`.
-pub fn kubeconfig_path(explicit: Option<&Path>, data_dir: &Path) -> PathBuf {
-    explicit
-        .map(Path::to_path_buf)
-        .or_else(|| std::env::var_os("KUBECONFIG").map(PathBuf::from))
-        .unwrap_or_else(|| data_dir.join("kubeconfig"))
+/// Failures talking to the API server that the exit code and the message distinguish.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The server answered with an error Status.
+    #[error("{message} ({reason})")]
+    Api {
+        code: u16,
+        message: String,
+        reason: String,
+        /// The fields the server named (`spec.online`), for pointing at their lines.
+        fields: Vec<String>,
+    },
+    /// Nothing answered at the server's address.
+    #[error(
+        "cannot connect to the API server at {server} ({cause}); is `capstan serve` running? (kubeconfig: {kubeconfig})"
+    )]
+    Unreachable {
+        server: String,
+        kubeconfig: String,
+        cause: String,
+    },
+}
+
+impl ClientError {
+    /// Whether the server said the object does not exist.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Self::Api { code: 404, .. })
+    }
+}
+
+/// Where a client verb's kubeconfig comes from and why; see the module documentation.
+#[derive(Debug, PartialEq, Eq)]
+pub struct KubeconfigChoice {
+    pub path: PathBuf,
+    /// Said on stderr when a setting that was given is not the one used.
+    pub warning: Option<String>,
+}
+
+/// Chooses the kubeconfig from the flags and the environment (`KUBECONFIG`, `CAPSTAN_DATA_DIR`).
+pub fn choose_kubeconfig(
+    flag_kubeconfig: Option<&Path>,
+    flag_data_dir: Option<&Path>,
+    env_kubeconfig: Option<PathBuf>,
+    env_data_dir: Option<PathBuf>,
+) -> KubeconfigChoice {
+    let env_kubeconfig = env_kubeconfig.filter(|p| !p.as_os_str().is_empty());
+    let env_data_dir = env_data_dir.filter(|p| !p.as_os_str().is_empty());
+    if let Some(path) = flag_kubeconfig {
+        return KubeconfigChoice {
+            path: path.to_path_buf(),
+            warning: None,
+        };
+    }
+    if let Some(dir) = flag_data_dir {
+        let path = dir.join("kubeconfig");
+        let warning = env_kubeconfig.map(|env| {
+            format!(
+                "using {} from --data-dir, not $KUBECONFIG ({})",
+                path.display(),
+                env.display()
+            )
+        });
+        return KubeconfigChoice { path, warning };
+    }
+    if let Some(path) = env_kubeconfig {
+        let warning = env_data_dir.map(|dir| {
+            format!(
+                "using $KUBECONFIG ({}), not the kubeconfig in $CAPSTAN_DATA_DIR ({}); pass --data-dir to use that",
+                path.display(),
+                dir.display()
+            )
+        });
+        return KubeconfigChoice { path, warning };
+    }
+    KubeconfigChoice {
+        path: env_data_dir
+            .unwrap_or_else(default_data_dir_of_home)
+            .join("kubeconfig"),
+        warning: None,
+    }
+}
+
+/// `$HOME/.local/share/capstan`.
+fn default_data_dir_of_home() -> PathBuf {
+    std::env::var_os("HOME")
+        .map_or_else(|| PathBuf::from("."), PathBuf::from)
+        .join(".local/share/capstan")
 }
 
 /// The default data directory: `$CAPSTAN_DATA_DIR`, else `$HOME/.local/share/capstan`.
 pub fn default_data_dir() -> PathBuf {
     std::env::var_os("CAPSTAN_DATA_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            std::env::var_os("HOME")
-                .map_or_else(|| PathBuf::from("."), PathBuf::from)
-                .join(".local/share/capstan")
-        })
+        .filter(|d| !d.is_empty())
+        .map_or_else(default_data_dir_of_home, PathBuf::from)
 }
 
 /// Connection options shared by the client verbs (`apply`, `get`, `describe`, `delete`).
 #[derive(Debug, clap::Args)]
 pub struct ConnectArgs {
-    /// Kubeconfig (default: `$KUBECONFIG`, then the data directory's).
-    #[arg(long)]
+    /// Kubeconfig (default: the data directory's when `--data-dir` is given, else `$KUBECONFIG`,
+    /// else the one in `$CAPSTAN_DATA_DIR` or `~/.local/share/capstan`).
+    #[arg(long, conflicts_with = "data_dir")]
     pub kubeconfig: Option<PathBuf>,
-    /// The data directory of `capstan serve`.
-    #[arg(long, env = "CAPSTAN_DATA_DIR")]
+    /// The data directory of `capstan serve`: use its kubeconfig (wins over `$KUBECONFIG`).
+    #[arg(long)]
     pub data_dir: Option<PathBuf>,
 }
 
 impl ConnectArgs {
-    /// The kubeconfig these options name.
+    /// The kubeconfig these options and the environment name; warns when a given setting loses.
     pub fn kubeconfig(&self) -> PathBuf {
-        kubeconfig_path(
+        let choice = choose_kubeconfig(
             self.kubeconfig.as_deref(),
-            &self.data_dir.clone().unwrap_or_else(default_data_dir),
-        )
+            self.data_dir.as_deref(),
+            std::env::var_os("KUBECONFIG").map(PathBuf::from),
+            std::env::var_os("CAPSTAN_DATA_DIR").map(PathBuf::from),
+        );
+        if let Some(warning) = &choice.warning {
+            eprintln!("warning: {warning}");
+        }
+        choice.path
     }
 
-    /// Connects and runs `work` with the client on a single-threaded runtime.
+    /// Connects and runs `work` with the client on a single-threaded runtime. A server that does
+    /// not answer becomes one [`ClientError::Unreachable`].
     pub fn run<T, F, Fut>(&self, work: F) -> anyhow::Result<T>
     where
         F: FnOnce(kube::Client) -> Fut,
@@ -56,25 +145,69 @@ impl ConnectArgs {
             .build()
             .context("starting the async runtime")?;
         runtime.block_on(async {
-            let client = connect(&kubeconfig).await?;
-            work(client).await
+            let (client, server) = connect(&kubeconfig).await?;
+            work(client)
+                .await
+                .map_err(|err| unreachable_or(err, &server, &kubeconfig))
         })
     }
 }
 
-/// A client from a kubeconfig file.
-pub async fn connect(kubeconfig: &Path) -> anyhow::Result<kube::Client> {
-    let config = kube::config::Kubeconfig::read_from(kubeconfig).with_context(|| {
-        format!(
-            "reading kubeconfig {} (is `capstan serve` running?)",
-            kubeconfig.display()
+/// `err` as [`ClientError::Unreachable`] when the connection itself failed (refused, no route,
+/// timed out), else unchanged.
+fn unreachable_or(err: anyhow::Error, server: &str, kubeconfig: &Path) -> anyhow::Error {
+    use std::io::ErrorKind;
+    let cause = err.chain().find_map(|e| {
+        e.downcast_ref::<std::io::Error>()
+            .filter(|io| {
+                matches!(
+                    io.kind(),
+                    ErrorKind::ConnectionRefused
+                        | ErrorKind::HostUnreachable
+                        | ErrorKind::NetworkUnreachable
+                        | ErrorKind::TimedOut
+                        | ErrorKind::AddrNotAvailable
+                )
+            })
+            .map(|io| io.kind().to_string())
+    });
+    match cause {
+        Some(cause) => ClientError::Unreachable {
+            server: server.to_owned(),
+            kubeconfig: kubeconfig.display().to_string(),
+            cause,
+        }
+        .into(),
+        None => err,
+    }
+}
+
+/// The text of the last error in `err`'s source chain.
+fn innermost(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause = err;
+    while let Some(source) = cause.source() {
+        cause = source;
+    }
+    cause.to_string()
+}
+
+/// A client from a kubeconfig file, and the server URL it talks to.
+pub async fn connect(kubeconfig: &Path) -> anyhow::Result<(kube::Client, String)> {
+    // One line: the kube error's own text repeats its source, so only the innermost cause is shown.
+    let config = kube::config::Kubeconfig::read_from(kubeconfig).map_err(|err| {
+        anyhow!(
+            "cannot read kubeconfig {}: {}; is `capstan serve` running? (it writes one into its data directory)",
+            kubeconfig.display(),
+            innermost(&err)
         )
     })?;
     let options = kube::config::KubeConfigOptions::default();
     let config = kube::Config::from_custom_kubeconfig(config, &options)
         .await
         .with_context(|| format!("using kubeconfig {}", kubeconfig.display()))?;
-    kube::Client::try_from(config).context("building the API client")
+    let server = config.cluster_url.to_string();
+    let client = kube::Client::try_from(config).context("building the API client")?;
+    Ok((client, server))
 }
 
 /// A resource as discovery describes it.
@@ -106,6 +239,17 @@ impl Resource {
         path
     }
 
+    /// How kubectl names the resource in `-o name` and apply's output: `baremetalhost.metal3.io`,
+    /// `configmap`.
+    pub fn kind_and_group(&self) -> String {
+        let kind = self.kind.to_ascii_lowercase();
+        if self.group.is_empty() {
+            kind
+        } else {
+            format!("{kind}.{}", self.group)
+        }
+    }
+
     /// `group/version` or `v1`.
     pub fn api_version(&self) -> String {
         if self.group.is_empty() {
@@ -131,12 +275,37 @@ pub async fn get_json(
     serde_json::from_str(&text).context("the server answered with something that is not JSON")
 }
 
-/// Turns a kube error into a message a person can act on.
+/// Turns a kube error into a message a person can act on; a Status becomes [`ClientError::Api`].
 pub fn api_error(err: kube::Error) -> anyhow::Error {
     match err {
-        kube::Error::Api(status) => anyhow!("{} ({})", status.message, status.reason),
+        kube::Error::Api(status) => {
+            let mut fields: Vec<String> = status
+                .details
+                .iter()
+                .flat_map(|d| d.causes.iter())
+                .map(|c| c.field.clone())
+                .filter(|f| !f.is_empty())
+                .collect();
+            fields.extend(unknown_fields(&status.message));
+            ClientError::Api {
+                code: status.code,
+                message: status.message,
+                reason: status.reason,
+                fields,
+            }
+            .into()
+        }
         other => anyhow!(other),
     }
+}
+
+/// The paths in a strict decoding error's `unknown field "spec.onlin"` phrases.
+fn unknown_fields(message: &str) -> Vec<String> {
+    message
+        .split("unknown field \"")
+        .skip(1)
+        .filter_map(|rest| rest.split_once('"').map(|(field, _)| field.to_owned()))
+        .collect()
 }
 
 /// Every served resource, from discovery.
@@ -229,4 +398,52 @@ pub async fn resolve_kind(
             namespaced: r["namespaced"].as_bool().unwrap_or(true),
         })
         .ok_or_else(|| anyhow!("the server does not serve {kind} in {api_version}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> PathBuf {
+        PathBuf::from(s)
+    }
+
+    #[test]
+    fn flags_win_over_the_environment_and_say_so() {
+        let flag = choose_kubeconfig(None, Some(Path::new("/d")), Some(p("/env/kc")), None);
+        assert_eq!(flag.path, p("/d/kubeconfig"));
+        assert!(flag.warning.is_some_and(|w| w.contains("$KUBECONFIG")));
+        let explicit = choose_kubeconfig(Some(Path::new("/k")), None, Some(p("/env/kc")), None);
+        assert_eq!(
+            explicit,
+            KubeconfigChoice {
+                path: p("/k"),
+                warning: None
+            }
+        );
+    }
+
+    #[test]
+    fn kubeconfig_env_wins_over_the_data_dir_env_and_says_so() {
+        let env = choose_kubeconfig(None, None, Some(p("/env/kc")), Some(p("/dd")));
+        assert_eq!(env.path, p("/env/kc"));
+        assert!(env.warning.is_some_and(|w| w.contains("--data-dir")));
+        let quiet = choose_kubeconfig(None, None, Some(p("/env/kc")), None);
+        assert_eq!(quiet.warning, None);
+        let data = choose_kubeconfig(None, None, None, Some(p("/dd")));
+        assert_eq!(data.path, p("/dd/kubeconfig"));
+        let empty = choose_kubeconfig(None, None, Some(p("")), Some(p("/dd")));
+        assert_eq!(empty.path, p("/dd/kubeconfig"));
+    }
+
+    #[test]
+    fn unknown_fields_are_found_in_strict_decoding_errors() {
+        assert_eq!(
+            unknown_fields(
+                r#"strict decoding error: unknown field "spec.onlin", unknown field "spec.x""#
+            ),
+            vec!["spec.onlin".to_owned(), "spec.x".to_owned()]
+        );
+        assert!(unknown_fields("conflict").is_empty());
+    }
 }

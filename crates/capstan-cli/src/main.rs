@@ -5,9 +5,10 @@
 //!
 //! | code | meaning |
 //! | ---- | ------- |
-//! | 0 | success (for `lint`: no errors; warnings may have been printed) |
-//! | 1 | the input was read but is not valid (`lint` found errors, `render` refused the spec) |
+//! | 0 | success (for `lint`: no errors; warnings may have been printed); also when the reader of stdout went away |
+//! | 1 | the input was read but is not valid (`lint` found errors, `render` refused the spec), or the object named does not exist |
 //! | 2 | the input could not be read or parsed, or the command line was wrong |
+//! | 3 | the API server could not be reached |
 
 mod client;
 mod cmd;
@@ -36,8 +37,18 @@ fn main() -> ExitCode {
     match cmd::run(cli.command, &style) {
         Ok(code) => code.into(),
         Err(err) => {
-            eprintln!("{} {err:#}", style.error("error:"));
-            output::Exit::Unreadable.into()
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "{} {err:#}", style.error("error:"));
+            exit_of(&err).into()
         }
+    }
+}
+
+/// The exit code of an error that escaped a subcommand.
+fn exit_of(err: &anyhow::Error) -> output::Exit {
+    match err.downcast_ref::<client::ClientError>() {
+        Some(e) if e.is_not_found() => output::Exit::Invalid,
+        Some(client::ClientError::Unreachable { .. }) => output::Exit::Unreachable,
+        _ => output::Exit::Unreadable,
     }
 }

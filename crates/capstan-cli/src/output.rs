@@ -1,7 +1,11 @@
 //! Terminal output shared by the subcommands: colour choice (`--color`, `NO_COLOR`), list formats
-//! (`--output json|yaml`), exit codes, and logging set-up.
+//! (`--output json|yaml`), exit codes, logging set-up, and writing to stdout ([`outln!`], [`out!`]).
+//!
+//! Every subcommand writes its stdout through [`write_stdout`], never `println!`: `println!` panics
+//! when the reader has gone (`capstan get bmh | head -1`). A closed stdout ends the process quietly
+//! with exit 0, as the reader asked for no more; any other write error is reported (exit 2).
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
 /// The documented exit codes.
@@ -13,6 +17,8 @@ pub enum Exit {
     Invalid = 1,
     /// The input could not be read or parsed.
     Unreadable = 2,
+    /// The API server could not be reached.
+    Unreachable = 3,
 }
 
 impl From<Exit> for ExitCode {
@@ -20,6 +26,43 @@ impl From<Exit> for ExitCode {
         ExitCode::from(exit as u8)
     }
 }
+
+/// Writes to stdout; a closed pipe ends the process quietly (exit 0), another error with exit 2.
+pub fn write_stdout(args: std::fmt::Arguments<'_>) {
+    let written = {
+        let mut stdout = std::io::stdout().lock();
+        stdout.write_fmt(args).and_then(|()| stdout.flush())
+    };
+    match written {
+        Ok(()) => {}
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => {
+            std::process::exit(Exit::Ok as i32)
+        }
+        Err(err) => {
+            let _ = writeln!(std::io::stderr(), "error: writing to stdout: {err}");
+            std::process::exit(Exit::Unreadable as i32)
+        }
+    }
+}
+
+/// `println!` through [`write_stdout`].
+macro_rules! outln {
+    () => {
+        $crate::output::write_stdout(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::output::write_stdout(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// `print!` through [`write_stdout`].
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::output::write_stdout(format_args!($($arg)*))
+    };
+}
+
+pub(crate) use {out, outln};
 
 /// `--color` values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -75,10 +118,15 @@ impl Style {
     }
 }
 
-/// Logs go to stderr, filtered by `CAPSTAN_LOG` (default `warn`), never coloured when `NO_COLOR` is set.
+/// The log filter without `CAPSTAN_LOG`: warnings, except the Kubernetes client's own line for
+/// every failed request, which repeats the error the command reports (and would print it twice).
+const DEFAULT_LOG_FILTER: &str = "warn,kube_client::client::builder=off";
+
+/// Logs go to stderr, filtered by `CAPSTAN_LOG` (default [`DEFAULT_LOG_FILTER`]), never coloured
+/// when `NO_COLOR` is set.
 pub fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("CAPSTAN_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
     let ansi = std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
         && std::io::stderr().is_terminal();
     let _ = tracing_subscriber::fmt()

@@ -8,12 +8,19 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The provisioning server's address when `--provisioning-listen` is not given.
+const DEFAULT_LISTEN: &str = "127.0.0.1:6180";
+/// Where it goes when [`DEFAULT_LISTEN`] is taken: a free port on the same address.
+const FALLBACK_LISTEN: &str = "127.0.0.1:0";
+
 /// Provisioning flags.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ProvisioningArgs {
     /// Where the provisioning server listens (plain HTTP: boot media, agent callbacks, images).
-    #[arg(long, default_value = "127.0.0.1:6180")]
-    pub provisioning_listen: SocketAddr,
+    /// Default: 127.0.0.1:6180, or a free port when that one is taken (another `capstan serve`);
+    /// the address is printed at start.
+    #[arg(long)]
+    pub provisioning_listen: Option<SocketAddr>,
     /// Base URL the agent on a host uses to reach the provisioning server (default: the listen
     /// address). From a QEMU guest on user networking this is http://10.0.2.2:PORT.
     #[arg(long, value_name = "URL")]
@@ -81,14 +88,30 @@ pub async fn start(
         Some(path) => capstan_drivers::TrustAnchors::with_bundle(path).context("--bmc-ca-file")?,
         None => capstan_drivers::TrustAnchors::system(),
     };
-    let listener = tokio::net::TcpListener::bind(args.provisioning_listen)
-        .await
-        .with_context(|| {
-            format!(
-                "listening on {} (--provisioning-listen)",
-                args.provisioning_listen
-            )
-        })?;
+    let listener = match args.provisioning_listen {
+        Some(address) => tokio::net::TcpListener::bind(address)
+            .await
+            .with_context(|| format!("listening on {address} (--provisioning-listen)"))?,
+        None => match tokio::net::TcpListener::bind(DEFAULT_LISTEN).await {
+            Ok(listener) => listener,
+            Err(err) if err.kind() == std::io::ErrorKind::AddrInUse => {
+                let listener = tokio::net::TcpListener::bind(FALLBACK_LISTEN)
+                    .await
+                    .with_context(|| format!("listening on {FALLBACK_LISTEN} (provisioning)"))?;
+                eprintln!(
+                    "capstan: {DEFAULT_LISTEN} is in use (another capstan serve?); the provisioning server takes {} instead (--provisioning-listen chooses)",
+                    listener
+                        .local_addr()
+                        .map_or_else(|_| "a free port".to_owned(), |a| a.to_string())
+                );
+                listener
+            }
+            Err(err) => {
+                return Err(err)
+                    .with_context(|| format!("listening on {DEFAULT_LISTEN} (provisioning)"));
+            }
+        },
+    };
     let local = listener
         .local_addr()
         .context("reading the provisioning address")?;

@@ -63,8 +63,9 @@ fn render_then_lint_the_examples_is_clean_in_both_api_versions() {
                 text(&render.stderr)
             );
             assert!(
-                text(&render.stdout).contains("cilium install"),
-                "prints the cilium command"
+                !text(&render.stdout).contains("cilium install"),
+                "the spec's Cilium manifest exists, so no `cilium install` hint: {}",
+                text(&render.stdout)
             );
             let lint = capstan(&["lint", out_dir.to_str().unwrap(), "--color", "never"]);
             assert_eq!(
@@ -205,4 +206,108 @@ fn bench_image_write_reports_both_writers() {
     for key in ["agent_mib_per_second", "dd_mib_per_second"] {
         assert!(figures[key].as_f64().unwrap() > 0.0, "{key}: {figures}");
     }
+}
+
+/// Runs capstan with stdout on a pipe whose reader is already gone: every write fails with EPIPE,
+/// as with `capstan … | head -1` once head has exited.
+fn capstan_into_closed_pipe(args: &[&str]) -> Output {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    Command::new(env!("CARGO_BIN_EXE_capstan"))
+        .args(args)
+        .current_dir(repo_root())
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .expect("run capstan")
+}
+
+#[test]
+fn a_closed_stdout_ends_commands_quietly() {
+    let out_dir = tempfile::tempdir().unwrap();
+    let bundle = out_dir.path().join("b");
+    let render = capstan(&[
+        "render",
+        "examples/capi-1.yaml",
+        "-o",
+        bundle.to_str().unwrap(),
+    ]);
+    assert!(render.status.success(), "{}", text(&render.stderr));
+    for args in [
+        vec!["lint", "--list-rules"],
+        vec!["lint", "--explain", "unknown-field"],
+        vec!["lint", bundle.to_str().unwrap()],
+        vec!["crds"],
+    ] {
+        let out = capstan_into_closed_pipe(&args);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        assert!(
+            !text(&out.stderr).contains("panicked"),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn fake_bmcs_render_and_lint_clean() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("b");
+    let render = capstan(&[
+        "render",
+        "examples/capi-1.yaml",
+        "-o",
+        bundle.to_str().unwrap(),
+        "--fake-bmcs",
+    ]);
+    assert!(render.status.success(), "{}", text(&render.stderr));
+    let host = std::fs::read_to_string(bundle.join("hosts/capi-1-cp-0.yaml")).unwrap();
+    assert!(host.contains("fake://capi-1/capi-1-cp-0"), "{host}");
+    assert!(!host.contains("127.0.0.1:8000"), "{host}");
+    let lint = capstan(&["lint", bundle.to_str().unwrap(), "--color", "never"]);
+    assert_eq!(
+        lint.status.code(),
+        Some(0),
+        "fake:// is capstan's own BMC, not an error:\n{}",
+        text(&lint.stdout)
+    );
+    assert!(
+        text(&lint.stdout).contains("4 hosts with capstan's simulated BMC"),
+        "{}",
+        text(&lint.stdout)
+    );
+}
+
+#[test]
+fn lint_finds_a_misspelled_field_without_schemas() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("host.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: metal3.io/v1alpha1\nkind: BareMetalHost\nmetadata:\n  name: h0\nspec:\n  onlin: true\n",
+    )
+    .unwrap();
+    let out = capstan(&[
+        "lint",
+        file.to_str().unwrap(),
+        "--partial",
+        "--color",
+        "never",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "a warning: {}",
+        text(&out.stdout)
+    );
+    let report = text(&out.stdout);
+    assert!(
+        report.contains("warning[unknown-field]") && report.contains("host.yaml:6"),
+        "{report}"
+    );
 }

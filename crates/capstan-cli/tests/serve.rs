@@ -330,11 +330,14 @@ fn cli_verbs_backup_and_restore() {
     let (ok, out, err) = capstan(&["apply", "-f", manifest.to_str().unwrap()], &kc);
     assert!(ok, "{err}");
     assert!(
-        out.contains("baremetalhosts/h0 created") && out.contains("secrets/h0-bmc created"),
+        out.contains("baremetalhost.metal3.io/h0 created") && out.contains("secret/h0-bmc created"),
         "{out}"
     );
     let (_, again, _) = capstan(&["apply", "-f", manifest.to_str().unwrap()], &kc);
-    assert!(again.contains("baremetalhosts/h0 unchanged"), "{again}");
+    assert!(
+        again.contains("baremetalhost.metal3.io/h0 unchanged"),
+        "{again}"
+    );
     let (ok, table, _) = capstan(&["get", "bmh"], &kc);
     assert!(
         ok && table.contains("NAME") && table.contains("ONLINE") && table.contains("h0"),
@@ -346,7 +349,7 @@ fn cli_verbs_backup_and_restore() {
     assert_eq!(parsed["spec"]["bmc"]["credentialsName"], "h0-bmc");
     let (ok, names, _) = capstan(&["get", "bmh", "-l", "role=worker", "-o", "name"], &kc);
     assert!(
-        ok && names.trim() == "baremetalhosts.metal3.io/h0",
+        ok && names.trim() == "baremetalhost.metal3.io/h0",
         "{names}"
     );
     let (ok, described, _) = capstan(&["describe", "secret", "h0-bmc"], &kc);
@@ -393,7 +396,7 @@ fn cli_verbs_backup_and_restore() {
     );
     let (ok, names, _) = capstan(&["get", "bmh", "-o", "name"], &restored.kubeconfig);
     assert!(
-        ok && names.trim() == "baremetalhosts.metal3.io/h0",
+        ok && names.trim() == "baremetalhost.metal3.io/h0",
         "{names}"
     );
     drop(restored);
@@ -594,6 +597,12 @@ fn upstream_crds_loaded_at_start_validate_and_default_objects() {
         err.contains("bootMacAddress") || err.contains("unknown field"),
         "{err}"
     );
+    // The error points at the field's line (17), not at the document's first line (9).
+    assert!(err.contains("hosts.yaml:17"), "{err}");
+    std::fs::write(&file, MANIFEST.replace("online: true", "online: \"yes\"")).unwrap();
+    let (ok, _, err) = capstan(&["apply", "-f", file.to_str().unwrap()], &server.kubeconfig);
+    assert!(!ok, "a string where the schema wants a boolean is refused");
+    assert!(err.contains("hosts.yaml:16"), "{err}");
     std::fs::write(&file, MANIFEST).unwrap();
     let (ok, _, err) = capstan(&["apply", "-f", file.to_str().unwrap()], &server.kubeconfig);
     assert!(ok, "{err}");
@@ -680,5 +689,237 @@ fn an_unusable_bmc_ca_file_stops_serve_before_it_listens() {
         assert!(stderr.contains("--bmc-ca-file"), "{stderr}");
         assert!(stderr.contains(file.to_str().unwrap()), "{stderr}");
         assert!(stderr.contains(want), "{stderr}");
+    }
+}
+
+/// Runs capstan with `KUBECONFIG` set (or not), returning exit code, stdout and stderr.
+fn capstan_env(args: &[&str], kubeconfig: Option<&Path>) -> (Option<i32>, String, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_capstan"));
+    command
+        .args(args)
+        .env("NO_COLOR", "1")
+        .env_remove("CAPSTAN_DATA_DIR");
+    match kubeconfig {
+        Some(path) => command.env("KUBECONFIG", path),
+        None => command.env_remove("KUBECONFIG"),
+    };
+    let out = command.output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Runs capstan with stdout on a pipe whose reader is gone (`… | head -1` after head exited).
+fn capstan_into_closed_pipe(args: &[&str], kubeconfig: &Path) -> (Option<i32>, String) {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_capstan"))
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    let status = exit_within(&mut child, Duration::from_secs(60));
+    (status.code(), stderr)
+}
+
+#[test]
+fn client_verbs_name_objects_as_kubectl_does_and_agree_on_exit_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut server = serve(&data, free_port(), &["--no-controllers"]);
+    let kc = server.kubeconfig.clone();
+    let manifest = dir.path().join("hosts.yaml");
+    std::fs::write(&manifest, MANIFEST).unwrap();
+    let file = manifest.to_str().unwrap();
+
+    let (code, out, err) = capstan_env(&["apply", "-f", file], Some(&kc));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains("secret/h0-bmc created\n")
+            && out.contains("baremetalhost.metal3.io/h0 created\n"),
+        "{out}"
+    );
+    let (_, names, _) = capstan_env(&["get", "secrets", "-o", "name"], Some(&kc));
+    assert!(names.lines().any(|l| l == "secret/h0-bmc"), "{names}");
+
+    // NotFound is exit 1 for every verb.
+    for args in [
+        &["get", "bmh", "nope"][..],
+        &["describe", "bmh", "nope"],
+        &["delete", "bmh", "nope"],
+    ] {
+        let (code, _, err) = capstan_env(args, Some(&kc));
+        assert_eq!(code, Some(1), "{args:?}: {err}");
+        assert!(err.contains("not found"), "{args:?}: {err}");
+    }
+
+    // No verb panics when its reader has gone.
+    for args in [
+        &["get", "bmh"][..],
+        &["get", "bmh", "-o", "yaml"],
+        &["describe", "bmh", "h0"],
+        &["get", "bmh", "-w"],
+        &["get", "bmh", "-w", "-o", "name"],
+    ] {
+        let (code, err) = capstan_into_closed_pipe(args, &kc);
+        assert_eq!(code, Some(0), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+
+    // --data-dir is explicit: it wins over $KUBECONFIG, and says so.
+    let (code, out, err) = capstan_env(
+        &[
+            "get",
+            "bmh",
+            "-o",
+            "name",
+            "--data-dir",
+            data.to_str().unwrap(),
+        ],
+        Some(&dir.path().join("no-such-kubeconfig")),
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out.trim(), "baremetalhost.metal3.io/h0");
+    assert!(
+        err.contains("warning:") && err.contains("$KUBECONFIG"),
+        "{err}"
+    );
+
+    // delete -f deletes what the manifests describe.
+    let (code, out, err) = capstan_env(&["delete", "-f", file, "--wait=false"], Some(&kc));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains("baremetalhost.metal3.io/h0 deleted") && out.contains("secret/h0-bmc deleted"),
+        "{out}"
+    );
+    let (code, _, _) = capstan_env(&["get", "bmh", "h0"], Some(&kc));
+    assert_eq!(code, Some(1));
+
+    // A server that is not there: one clean error with the hint, exit 3.
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    let (code, out, err) = capstan_env(&["get", "bmh"], Some(&kc));
+    assert_eq!(code, Some(3), "{err}");
+    assert!(out.is_empty());
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert!(err.contains("is `capstan serve` running?"), "{err}");
+    assert!(
+        !err.contains("ERROR") && !err.contains("HyperError"),
+        "{err}"
+    );
+    // No kubeconfig at all: one line too, with the same hint.
+    let (code, _, err) = capstan_env(
+        &[
+            "get",
+            "bmh",
+            "--data-dir",
+            dir.path().join("nowhere").to_str().unwrap(),
+        ],
+        None,
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert!(err.contains("is `capstan serve` running?"), "{err}");
+}
+
+#[test]
+fn watch_rows_stay_aligned_under_an_event_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve(&dir.path().join("data"), free_port(), &["--no-controllers"]);
+    let kc = server.kubeconfig.clone();
+    let cm = dir.path().join("cm.yaml");
+    std::fs::write(
+        &cm,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\ndata: {k: v}\n",
+    )
+    .unwrap();
+    let (code, _, err) = capstan_env(&["apply", "-f", cm.to_str().unwrap()], Some(&kc));
+    assert_eq!(code, Some(0), "{err}");
+    let mut watch = Command::new(env!("CARGO_BIN_EXE_capstan"))
+        .args(["get", "configmaps", "-w"])
+        .env("KUBECONFIG", &kc)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (lines_tx, lines) = std::sync::mpsc::channel();
+    let stdout = watch.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            if lines_tx.send(line.unwrap()).is_err() {
+                break;
+            }
+        }
+    });
+    let next = || {
+        lines
+            .recv_timeout(Duration::from_secs(30))
+            .expect("a watch line")
+    };
+    let header = next();
+    assert!(header.starts_with("EVENT"), "{header}");
+    let name_at = header.find("NAME").unwrap();
+    let first = next();
+    assert!(first.starts_with("ADDED"), "{first}");
+    std::fs::write(
+        &cm,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\ndata: {k: changed}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: a-much-longer-name}\ndata: {k: v}\n",
+    )
+    .unwrap();
+    let (code, _, err) = capstan_env(&["apply", "-f", cm.to_str().unwrap()], Some(&kc));
+    assert_eq!(code, Some(0), "{err}");
+    let mut events = Vec::new();
+    for line in [first, next(), next()] {
+        assert_eq!(
+            line.get(name_at..name_at + 1).map(|c| c != " "),
+            Some(true),
+            "NAME starts at column {name_at}:\n{header}\n{line}"
+        );
+        assert_eq!(&line[name_at - 1..name_at], " ", "{line}");
+        events.push(line.split_whitespace().next().unwrap().to_owned());
+    }
+    assert!(events.contains(&"MODIFIED".to_owned()), "{events:?}");
+    let _ = watch.kill();
+    let _ = watch.wait();
+}
+
+#[test]
+fn a_second_serve_on_another_port_finds_its_own_provisioning_port() {
+    let dir = tempfile::tempdir().unwrap();
+    let start = |name: &str| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_capstan"))
+            .args([
+                "serve",
+                "--data-dir",
+                dir.path().join(name).to_str().unwrap(),
+                "--listen",
+                &format!("127.0.0.1:{}", free_port()),
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(line.contains("ready at"), "{name}: {line:?}");
+        Serve {
+            kubeconfig: dir.path().join(name).join("kubeconfig"),
+            child,
+        }
+    };
+    // Whichever of them gets the default port, both serve.
+    let first = start("one");
+    let second = start("two");
+    for server in [&first, &second] {
+        let (code, _, err) = capstan_env(&["get", "bmh"], Some(&server.kubeconfig));
+        assert_eq!(code, Some(0), "{err}");
     }
 }

@@ -34,6 +34,7 @@ pub mod id {
     pub const UNKNOWN_KIND: &str = "unknown-kind";
     pub const NOT_ANALYSED: &str = "not-analysed";
     pub const INVALID_FIELD: &str = "invalid-field";
+    pub const UNKNOWN_FIELD: &str = "unknown-field";
     pub const SCHEMA_VIOLATION: &str = "schema-violation";
     pub const DUPLICATE_OBJECT: &str = "duplicate-object";
     pub const MISSING_IDENTITY: &str = "missing-identity";
@@ -108,6 +109,13 @@ static RULES: &[RuleInfo] = &[
         "a field whose value has the wrong type or shape for its kind",
         "A string where a number belongs (`replicas: \"three\"`), a list where a mapping belongs, or a malformed base64 Secret value is rejected by the API server, or by the controller that reads the object.",
         "Write the field with the type the kind's API defines; the message names the field and the expected type.",
+    ),
+    rule(
+        id::UNKNOWN_FIELD,
+        Warning,
+        "a field capstan's model of the kind does not know (a misspelling such as `spec.onlin`?)",
+        "The API server rejects an object with an unknown field when it validates strictly (`kubectl apply`'s default), or drops the field silently; either way the setting never takes effect. Lint knows the fields from capstan's typed model of each kind, so no `--schemas` is needed; `status` and the core kinds are not checked. The model lacks a few rarely used upstream fields, so this is a warning; with `--schemas DIR` the CRD schema decides instead.",
+        "Fix the spelling, or remove the field; if the field is a real one, `--schemas` with the upstream CRDs confirms it.",
     ),
     rule(
         id::SCHEMA_VIOLATION,

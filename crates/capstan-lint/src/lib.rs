@@ -46,6 +46,15 @@ pub fn lint(objects: Vec<LoadedObject>, options: &LintOptions) -> Report {
     let index = index::Index::build(&objects, &mut out);
     if let Some(schemas) = &options.schemas {
         rules::schema::check(&index, schemas, &mut out);
+        // Where a CRD schema is given for the kind, it is the authority on fields: the model's
+        // (possibly partial) view of the kind does not add its own unknown-field findings.
+        out.retain(|d| {
+            d.rule != rule_id::UNKNOWN_FIELD
+                || d.location
+                    .object
+                    .as_ref()
+                    .is_none_or(|o| schemas.version_for(&o.api_version, &o.kind).is_none())
+        });
     }
     rules::run(&index, options.partial, &mut out);
     Report::new(out)

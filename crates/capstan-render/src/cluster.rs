@@ -90,6 +90,7 @@ fn machine_spec(
     selector: BTreeMap<String, String>,
 ) -> Metal3MachineTemplateSpec {
     Metal3MachineTemplateSpec {
+        node_reuse: None,
         template: Metal3MachineTemplateResource {
             spec: Metal3MachineSpec {
                 image: Some(image(plan, api_version)),

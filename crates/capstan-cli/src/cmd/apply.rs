@@ -2,6 +2,7 @@
 //! order (Namespaces and CRDs first), and says what changed for each.
 
 use crate::client::{self, api_error};
+use crate::output::outln;
 use crate::output::{Exit, Style};
 use anyhow::Context;
 use kube::api::{DynamicObject, Patch, PatchParams};
@@ -20,8 +21,8 @@ pub struct Args {
     connect: client::ConnectArgs,
 }
 
-/// Applies Namespaces and CRDs before the objects that need them.
-fn order(kind: &str) -> u8 {
+/// Applies Namespaces and CRDs before the objects that need them (`delete -f` goes in reverse).
+pub(super) fn order(kind: &str) -> u8 {
     match kind {
         "Namespace" => 0,
         "CustomResourceDefinition" => 1,
@@ -122,16 +123,17 @@ pub fn run(args: Args, style: &Style) -> anyhow::Result<Exit> {
                         }
                         Some(_) => "unchanged",
                     };
-                    println!("{}/{} {verb}", resource.plural, id.name);
+                    outln!("{}/{} {verb}", resource.kind_and_group(), id.name);
                 }
                 Err(err) => {
+                    let err = api_error(err);
                     eprintln!(
                         "{} {} ({}/{}): {:#}",
                         style.error("error:"),
-                        object.origin,
-                        resource.plural,
+                        where_(&object, &err),
+                        resource.kind_and_group(),
                         id.name,
-                        api_error(err)
+                        err
                     );
                     failed += 1;
                 }
@@ -139,6 +141,20 @@ pub fn run(args: Args, style: &Style) -> anyhow::Result<Exit> {
         }
         Ok(if failed > 0 { Exit::Invalid } else { Exit::Ok })
     })
+}
+
+/// Where in the manifest the server's complaint is: the line of the first field it names (or of
+/// that field's nearest ancestor in the manifest), else the object's first line.
+fn where_(object: &capstan_manifest::LoadedObject, err: &anyhow::Error) -> String {
+    let fields = match err.downcast_ref::<client::ClientError>() {
+        Some(client::ClientError::Api { fields, .. }) => fields.as_slice(),
+        _ => &[],
+    };
+    fields
+        .iter()
+        .map(|f| capstan_model::path::FieldPath::parse(f))
+        .find(|path| !path.is_root())
+        .map_or_else(|| object.origin.to_string(), |path| object.location(&path))
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@
 //! before a create is sent to the moment each watcher receives the event, so it includes the commit.
 
 use crate::output::Exit;
+use crate::output::outln;
 use anyhow::{Context, anyhow, bail};
 use base64::Engine;
 use bytes::Bytes;
@@ -160,9 +161,9 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
         );
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&results)?);
+        outln!("{}", serde_json::to_string_pretty(&results)?);
     } else {
-        println!(
+        outln!(
             "{:<8} {:>12} {:>12} {:>10} {:>10} {:>9} {:>9} {:>10} {:>12}",
             "system",
             "creates/s",
@@ -175,7 +176,7 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
             "restart (s)"
         );
         for f in &results {
-            println!(
+            outln!(
                 "{:<8} {:>12.0} {:>12.0} {:>8.2}ms {:>8.2}ms {:>9} {:>9.1} {:>10.1} {:>12.2}",
                 f.system,
                 f.creates_per_second,
@@ -244,7 +245,7 @@ async fn bench_capstan(args: &Args) -> anyhow::Result<Figures> {
     let dir = tempfile_dir("capstan")?;
     let port = free_port()?;
     let mut child = spawn_capstan(&dir, port)?;
-    let client = crate::client::connect(&dir.join("kubeconfig")).await?;
+    let (client, _) = crate::client::connect(&dir.join("kubeconfig")).await?;
     let mut figures = Figures {
         system: "capstan".into(),
         ..Figures::default()

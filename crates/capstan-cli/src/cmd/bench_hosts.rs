@@ -6,6 +6,7 @@
 //! host controller, the provisioner and the agent session registry all do their real work.
 
 use crate::output::Exit;
+use crate::output::outln;
 use anyhow::{Context, anyhow, bail};
 use capstan_model::metal3::BareMetalHost;
 use futures::{StreamExt, TryStreamExt};
@@ -221,28 +222,31 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
     let _ = std::fs::remove_dir_all(&dir);
     let figures = figures?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&figures)?);
+        outln!("{}", serde_json::to_string_pretty(&figures)?);
     } else {
-        println!(
+        outln!(
             "{} fake hosts (controller concurrency {}, simulated agent step {} ms)",
-            figures.hosts, figures.concurrency, figures.simulated_step_ms
+            figures.hosts,
+            figures.concurrency,
+            figures.simulated_step_ms
         );
-        println!("  created in            {:>8.2} s", figures.create_seconds);
-        println!(
+        outln!("  created in            {:>8.2} s", figures.create_seconds);
+        outln!(
             "  all available after   {:>8.2} s",
             figures.to_available_seconds
         );
-        println!(
+        outln!(
             "  all provisioned after {:>8.2} s (from setting the image)",
             figures.to_provisioned_seconds
         );
-        println!(
+        outln!(
             "  server CPU time       {:>8.2} s",
             figures.server_cpu_seconds
         );
-        println!(
+        outln!(
             "  server peak RSS       {:>8.1} MiB (now {:.1} MiB)",
-            figures.server_peak_rss_mib, figures.server_rss_mib
+            figures.server_peak_rss_mib,
+            figures.server_rss_mib
         );
     }
     Ok(Exit::Ok)

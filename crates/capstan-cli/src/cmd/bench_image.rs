@@ -5,6 +5,7 @@
 //! reads the image from the local file (no network, no digest): the bound the agent is held to.
 
 use crate::output::Exit;
+use crate::output::outln;
 use anyhow::{Context, bail};
 use capstan_model::agent::{ChecksumType, ImageFormat};
 use serde::Serialize;
@@ -133,18 +134,20 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
     }
     let figures = figures?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&figures)?);
+        outln!("{}", serde_json::to_string_pretty(&figures)?);
     } else {
-        println!("image write, {} MiB:", figures.image_mib);
-        println!(
+        outln!("image write, {} MiB:", figures.image_mib);
+        outln!(
             "  agent (HTTP + sha256 + write + fsync) {:>7.2} s {:>8.1} MiB/s",
-            figures.agent_seconds, figures.agent_mib_per_second
+            figures.agent_seconds,
+            figures.agent_mib_per_second
         );
-        println!(
+        outln!(
             "  dd (local file, bs=4M, fsync)         {:>7.2} s {:>8.1} MiB/s",
-            figures.dd_seconds, figures.dd_mib_per_second
+            figures.dd_seconds,
+            figures.dd_mib_per_second
         );
-        println!(
+        outln!(
             "  agent / dd                            {:>7.0} %",
             figures.agent_share_of_dd * 100.0
         );

@@ -1,8 +1,10 @@
-//! `capstan delete KIND NAME…`: deletes objects. Objects with finalizers are marked and go away once
-//! their controllers have cleaned up; like kubectl, the command waits for that (`--wait=false` does
-//! not), following a watch, up to `--timeout` seconds.
+//! `capstan delete KIND NAME…` or `capstan delete -f FILE|DIR|-`: deletes objects, named or as the
+//! manifests describe them (in the reverse of `apply`'s order). Objects with finalizers are marked
+//! and go away once their controllers have cleaned up; like kubectl, the command waits for that
+//! (`--wait=false` does not), following a watch, up to `--timeout` seconds.
 
 use crate::client::{self, api_error};
+use crate::output::outln;
 use crate::output::{Exit, Style};
 use anyhow::Context;
 
@@ -10,10 +12,17 @@ use anyhow::Context;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Kind, plural, singular or short name.
-    kind: String,
+    #[arg(required_unless_present = "files", conflicts_with = "files")]
+    kind: Option<String>,
     /// Object names.
-    #[arg(required = true)]
+    #[arg(required_unless_present = "files")]
     names: Vec<String>,
+    /// Delete the objects these manifests describe: files, directories or `-` for stdin.
+    #[arg(short = 'f', long = "filename")]
+    files: Vec<std::path::PathBuf>,
+    /// Objects of `-f` that are not there are not an error.
+    #[arg(long)]
+    ignore_not_found: bool,
     /// Namespace.
     #[arg(short = 'n', long, default_value = "default")]
     namespace: String,
@@ -59,19 +68,76 @@ async fn wait_gone(
     }
 }
 
+/// One object to delete: its resource, namespace and name.
+struct Target {
+    resource: client::Resource,
+    namespace: Option<String>,
+    name: String,
+}
+
 pub fn run(args: Args, style: &Style) -> anyhow::Result<Exit> {
+    let mut objects = match capstan_manifest::load_paths(&args.files) {
+        Ok(objects) => objects,
+        Err(err) => {
+            eprintln!("{} {err}", style.error("error:"));
+            return Ok(Exit::Unreadable);
+        }
+    };
+    // The reverse of apply's order: what depends on a Namespace or CRD goes first.
+    objects.sort_by_key(|o| {
+        std::cmp::Reverse(super::apply::order(
+            o.value["kind"].as_str().unwrap_or_default(),
+        ))
+    });
     args.connect.run(|client| async move {
-        let resource = client::resolve(&client, &args.kind).await?;
-        let namespace = resource.namespaced.then_some(args.namespace.as_str());
+        let mut targets = Vec::new();
         let mut failed = false;
-        for name in &args.names {
+        if let Some(kind) = &args.kind {
+            let resource = client::resolve(&client, kind).await?;
+            let namespace = resource.namespaced.then(|| args.namespace.clone());
+            for name in &args.names {
+                targets.push(Target {
+                    resource: resource.clone(),
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                });
+            }
+        }
+        for object in &objects {
+            let id = object.id().context("reading the object's identity")?;
+            match client::resolve_kind(&client, &id.api_version, &id.kind).await {
+                Ok(resource) => {
+                    let namespace = resource.namespaced.then(|| {
+                        id.namespace
+                            .clone()
+                            .unwrap_or_else(|| args.namespace.clone())
+                    });
+                    targets.push(Target {
+                        resource,
+                        namespace,
+                        name: id.name,
+                    });
+                }
+                Err(err) => {
+                    eprintln!("{} {}: {err:#}", style.error("error:"), object.origin);
+                    failed = true;
+                }
+            }
+        }
+        for Target {
+            resource,
+            namespace,
+            name,
+        } in &targets
+        {
+            let namespace = namespace.as_deref();
             let request = http::Request::delete(resource.path(namespace, Some(name)))
                 .body(Vec::new())
                 .context("building the request")?;
             let deleted = match client.request_text(request).await {
                 Ok(_) if args.wait => wait_gone(
                     &client,
-                    &resource,
+                    resource,
                     namespace,
                     name,
                     std::time::Duration::from_secs(args.timeout),
@@ -81,15 +147,16 @@ pub fn run(args: Args, style: &Style) -> anyhow::Result<Exit> {
                 Ok(_) => Ok(()),
                 Err(err) => Err(api_error(err)),
             };
+            let shown = resource.kind_and_group();
             match deleted {
-                Ok(()) => println!("{}/{name} deleted", resource.plural),
+                Ok(()) => outln!("{shown}/{name} deleted"),
+                Err(err)
+                    if args.ignore_not_found
+                        && err
+                            .downcast_ref::<client::ClientError>()
+                            .is_some_and(client::ClientError::is_not_found) => {}
                 Err(err) => {
-                    eprintln!(
-                        "{} {}/{name}: {:#}",
-                        style.error("error:"),
-                        resource.plural,
-                        err
-                    );
+                    eprintln!("{} {shown}/{name}: {:#}", style.error("error:"), err);
                     failed = true;
                 }
             }

@@ -4,6 +4,7 @@
 
 use crate::client::{self, get_json};
 use crate::output::{Exit, Style};
+use crate::output::{out, outln};
 use serde_json::Value;
 
 /// Arguments of `capstan describe`.
@@ -62,11 +63,11 @@ pub fn run(args: Args, style: &Style) -> anyhow::Result<Exit> {
             get_json(&client, &resource.path(namespace, Some(&args.name)), None).await?,
         );
         let meta = &object["metadata"];
-        println!("Name:         {}", args.name);
+        outln!("Name:         {}", args.name);
         if let Some(ns) = namespace {
-            println!("Namespace:    {ns}");
+            outln!("Namespace:    {ns}");
         }
-        println!(
+        outln!(
             "Kind:         {} ({})",
             resource.kind,
             resource.api_version()
@@ -79,7 +80,7 @@ pub fn run(args: Args, style: &Style) -> anyhow::Result<Exit> {
                 .filter(|(k, _)| !k.starts_with("kubectl.kubernetes.io/last-applied"))
                 .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
                 .collect();
-            println!(
+            outln!(
                 "{:<13} {}",
                 format!("{title}:"),
                 if pairs.is_empty() {
@@ -89,12 +90,12 @@ pub fn run(args: Args, style: &Style) -> anyhow::Result<Exit> {
                 }
             );
         }
-        println!(
+        outln!(
             "Created:      {}",
             meta["creationTimestamp"].as_str().unwrap_or("<unknown>")
         );
         if let Some(deleting) = meta["deletionTimestamp"].as_str() {
-            println!(
+            outln!(
                 "Deleting:     since {deleting} (finalizers: {})",
                 meta["finalizers"]
             );
@@ -116,22 +117,22 @@ pub fn run(args: Args, style: &Style) -> anyhow::Result<Exit> {
                 } else {
                     v.to_owned()
                 };
-                println!("{:<13} {text}", format!("{label}:"));
+                outln!("{:<13} {text}", format!("{label}:"));
             }
         }
         for key in ["spec", "data", "stringData"] {
             if object[key].is_object() {
-                println!("{}:", capitalize(key));
-                print!("{}", indent(&capstan_manifest::to_yaml(&object[key]), 2));
+                outln!("{}:", capitalize(key));
+                out!("{}", indent(&capstan_manifest::to_yaml(&object[key]), 2));
             }
         }
         let conditions = status["conditions"].as_array().cloned().unwrap_or_default();
-        println!("Conditions:");
+        outln!("Conditions:");
         if conditions.is_empty() {
-            println!("  <none>");
+            outln!("  <none>");
         }
         for c in conditions {
-            println!(
+            outln!(
                 "  {:<24} {:<8} {:<28} {}",
                 c["type"].as_str().unwrap_or_default(),
                 c["status"].as_str().unwrap_or_default(),
@@ -162,9 +163,9 @@ pub fn run(args: Args, style: &Style) -> anyhow::Result<Exit> {
                 .unwrap_or_default()
                 .to_owned()
         });
-        println!("Events:");
+        outln!("Events:");
         if items.is_empty() {
-            println!("  <none>");
+            outln!("  <none>");
         }
         for e in items.iter().rev().take(20).rev() {
             let kind = e["type"].as_str().unwrap_or_default();
@@ -173,7 +174,7 @@ pub fn run(args: Args, style: &Style) -> anyhow::Result<Exit> {
             } else {
                 kind.to_owned()
             };
-            println!(
+            outln!(
                 "  {:<8} {:<24} {:<21} {}",
                 kind,
                 e["reason"].as_str().unwrap_or_default(),

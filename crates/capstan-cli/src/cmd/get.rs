@@ -3,6 +3,7 @@
 
 use crate::client::{self, get_json};
 use crate::output::{Exit, Style};
+use crate::output::{out, outln};
 use anyhow::Context;
 use futures::{AsyncBufReadExt, TryStreamExt};
 use serde_json::Value;
@@ -53,8 +54,9 @@ fn cell_text(v: &Value) -> String {
     }
 }
 
-/// Prints Table rows aligned under their headers.
-fn print_table(table: &Value, wide: bool, all_namespaces: bool, header: bool) {
+/// The header and the rows of a server Table as text cells: the default columns (all with
+/// `-o wide`), after NAMESPACE with `-A`.
+fn table_cells(table: &Value, wide: bool, all_namespaces: bool) -> (Vec<String>, Vec<Vec<String>>) {
     let columns: Vec<(usize, String)> = table["columnDefinitions"]
         .as_array()
         .into_iter()
@@ -68,14 +70,11 @@ fn print_table(table: &Value, wide: bool, all_namespaces: bool, header: bool) {
             )
         })
         .collect();
-    let mut rows: Vec<Vec<String>> = Vec::new();
-    if header {
-        let mut h: Vec<String> = columns.iter().map(|(_, n)| n.clone()).collect();
-        if all_namespaces {
-            h.insert(0, "NAMESPACE".into());
-        }
-        rows.push(h);
+    let mut header: Vec<String> = columns.iter().map(|(_, n)| n.clone()).collect();
+    if all_namespaces {
+        header.insert(0, "NAMESPACE".into());
     }
+    let mut rows = Vec::new();
     for row in table["rows"].as_array().into_iter().flatten() {
         let cells = row["cells"].as_array().cloned().unwrap_or_default();
         let mut line: Vec<String> = columns
@@ -93,25 +92,48 @@ fn print_table(table: &Value, wide: bool, all_namespaces: bool, header: bool) {
         }
         rows.push(line);
     }
-    let widths: Vec<usize> = (0..rows.first().map_or(0, Vec::len))
-        .map(|c| {
-            rows.iter()
-                .map(|r| r.get(c).map_or(0, |s| s.chars().count()))
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    for row in rows {
-        let line: Vec<String> = row
+    (header, rows)
+}
+
+/// Column widths that only grow, so the rows of a watch stay aligned under the header printed
+/// first (a wider cell later widens its column from then on).
+#[derive(Debug, Default)]
+struct Columns {
+    widths: Vec<usize>,
+}
+
+impl Columns {
+    fn fit(&mut self, row: &[String]) {
+        for (i, cell) in row.iter().enumerate() {
+            let w = cell.chars().count();
+            match self.widths.get_mut(i) {
+                Some(width) => *width = (*width).max(w),
+                None => self.widths.push(w),
+            }
+        }
+    }
+
+    fn line(&self, row: &[String]) -> String {
+        let cells: Vec<String> = row
             .iter()
-            .zip(&widths)
-            .map(|(cell, w)| format!("{cell:<w$}"))
+            .enumerate()
+            .map(|(i, cell)| {
+                let w = self.widths.get(i).copied().unwrap_or(0);
+                format!("{cell:<w$}")
+            })
             .collect();
-        println!("{}", line.join("   ").trim_end());
+        cells.join("   ").trim_end().to_owned()
     }
 }
 
-fn print_objects(value: &Value, output: Output, plural: &str, group: &str) -> anyhow::Result<()> {
+/// Prefixes a row with a watch event's type (`ADDED`, `MODIFIED`, `DELETED`).
+fn with_event(event: &str, mut row: Vec<String>) -> Vec<String> {
+    row.insert(0, event.to_owned());
+    row
+}
+
+/// Prints objects as YAML, JSON or `kind.group/name` (`resource`, as kubectl names them).
+fn print_objects(value: &Value, output: Output, resource: &str) -> anyhow::Result<()> {
     let items: Vec<Value> = match value["items"].as_array() {
         Some(items) => items.clone(),
         None => vec![value.clone()],
@@ -119,19 +141,14 @@ fn print_objects(value: &Value, output: Output, plural: &str, group: &str) -> an
     match output {
         Output::Name => {
             for item in items {
-                let resource = if group.is_empty() {
-                    plural.to_owned()
-                } else {
-                    format!("{plural}.{group}")
-                };
-                println!(
+                outln!(
                     "{resource}/{}",
                     item["metadata"]["name"].as_str().unwrap_or_default()
                 );
             }
         }
-        Output::Json => println!("{}", serde_json::to_string_pretty(value)?),
-        Output::Yaml => print!("{}", capstan_manifest::to_yaml(value)),
+        Output::Json => outln!("{}", serde_json::to_string_pretty(value)?),
+        Output::Yaml => out!("{}", capstan_manifest::to_yaml(value)),
         Output::Wide => {}
     }
     Ok(())
@@ -150,20 +167,33 @@ pub fn run(args: Args, _style: &Style) -> anyhow::Result<Exit> {
             path = format!("{path}?{}", query.join("&"));
         }
         let table_form = matches!(args.output, None | Some(Output::Wide));
+        let wide = args.output == Some(Output::Wide);
+        let shown = resource.kind_and_group();
         let value = get_json(&client, &path, table_form.then_some(TABLE)).await?;
+        let mut columns = Columns::default();
         if table_form {
-            if value["rows"].as_array().is_some_and(Vec::is_empty) && !args.watch {
+            let (mut header, mut rows) = table_cells(&value, wide, args.all_namespaces);
+            if args.watch {
+                // The initial list is what a watch from scratch would report as ADDED.
+                header = with_event("EVENT", header);
+                rows = rows.into_iter().map(|r| with_event("ADDED", r)).collect();
+            }
+            if rows.is_empty() && !args.watch {
                 eprintln!("No resources found.");
             } else {
-                print_table(
-                    &value,
-                    args.output == Some(Output::Wide),
-                    args.all_namespaces,
-                    true,
-                );
+                if args.watch {
+                    // The longest event type, so that later rows do not shift the columns.
+                    columns.fit(&["MODIFIED".to_owned()]);
+                }
+                columns.fit(&header);
+                rows.iter().for_each(|r| columns.fit(r));
+                outln!("{}", columns.line(&header));
+                for row in &rows {
+                    outln!("{}", columns.line(row));
+                }
             }
         } else if let Some(output) = args.output {
-            print_objects(&value, output, &resource.plural, &resource.group)?;
+            print_objects(&value, output, &shown)?;
         }
         if !args.watch {
             return Ok(Exit::Ok);
@@ -200,15 +230,17 @@ pub fn run(args: Args, _style: &Style) -> anyhow::Result<Exit> {
                     "the watch ended: {}",
                     event["object"]["message"].as_str().unwrap_or("error")
                 ),
-                _ if table_form => print_table(
-                    &event["object"],
-                    args.output == Some(Output::Wide),
-                    args.all_namespaces,
-                    false,
-                ),
+                Some(kind) if table_form => {
+                    let (_, rows) = table_cells(&event["object"], wide, args.all_namespaces);
+                    for row in rows {
+                        let row = with_event(kind, row);
+                        columns.fit(&row);
+                        outln!("{}", columns.line(&row));
+                    }
+                }
                 _ => {
                     if let Some(output) = args.output {
-                        print_objects(&event["object"], output, &resource.plural, &resource.group)?;
+                        print_objects(&event["object"], output, &shown)?;
                     }
                 }
             }

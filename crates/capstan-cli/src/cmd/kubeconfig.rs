@@ -4,6 +4,7 @@
 //! of its simulated API (annotation `sim.capstan.io/api-url` on the Cluster), so kubectl reaches it.
 
 use crate::output::Exit;
+use crate::output::out;
 use anyhow::{Context, anyhow};
 use std::path::PathBuf;
 
@@ -36,7 +37,7 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
                 path.display()
             )
         })?;
-        print!("{text}");
+        out!("{text}");
         return Ok(Exit::Ok);
     };
     let management = crate::client::kubeconfig_path(args.kubeconfig.as_deref(), &data_dir);
@@ -45,7 +46,7 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
         .build()
         .context("starting the async runtime")?;
     let text = runtime.block_on(workload_kubeconfig(&management, &args.namespace, &cluster))?;
-    print!("{text}");
+    out!("{text}");
     Ok(Exit::Ok)
 }
 
@@ -54,7 +55,7 @@ async fn workload_kubeconfig(
     namespace: &str,
     cluster: &str,
 ) -> anyhow::Result<String> {
-    let client = crate::client::connect(management).await?;
+    let (client, _) = crate::client::connect(management).await?;
     let secret_name = format!("{cluster}-kubeconfig");
     let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
         kube::Api::namespaced(client.clone(), namespace);

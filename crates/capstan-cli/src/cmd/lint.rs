@@ -4,6 +4,7 @@
 //! Exit 0: no errors; 1: errors found; 2: a file could not be read or parsed.
 
 use crate::output::{Exit, Style};
+use crate::output::{out, outln};
 use capstan_lint::{LintOptions, Report};
 use std::path::PathBuf;
 
@@ -77,8 +78,14 @@ pub fn run(args: Args, style: &Style) -> anyhow::Result<Exit> {
 
 fn print_report(report: &Report, format: Format, style: &Style) -> anyhow::Result<()> {
     match format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&report.to_json())?),
-        Format::Text => print!("{}", report.render_human(style.color)),
+        Format::Json => outln!("{}", serde_json::to_string_pretty(&report.to_json())?),
+        Format::Text => {
+            let text = report.render_human(style.color);
+            out!("{text}");
+            if !text.ends_with('\n') {
+                outln!();
+            }
+        }
     }
     Ok(())
 }
@@ -86,9 +93,13 @@ fn print_report(report: &Report, format: Format, style: &Style) -> anyhow::Resul
 fn explain(id: &str, style: &Style) -> Exit {
     match capstan_lint::explain(id) {
         Some(rule) => {
-            println!(
+            outln!(
                 "{} [{}]: {}\n\n{}\n\nfix: {}",
-                rule.id, rule.severity, rule.summary, rule.explanation, rule.fix
+                rule.id,
+                rule.severity,
+                rule.summary,
+                rule.explanation,
+                rule.fix
             );
             Exit::Ok
         }
@@ -115,11 +126,11 @@ fn list_rules(format: Format) -> anyhow::Result<()> {
                     })
                 })
                 .collect();
-            println!("{}", serde_json::to_string_pretty(&list)?);
+            outln!("{}", serde_json::to_string_pretty(&list)?);
         }
         Format::Text => {
             for r in rules {
-                println!("{:<40} {:<8} {}", r.id, r.severity.to_string(), r.summary);
+                outln!("{:<40} {:<8} {}", r.id, r.severity.to_string(), r.summary);
             }
         }
     }

@@ -4,6 +4,7 @@
 //! `capstan ramdisk cloud-image --out DIR`: the Debian cloud-init image (with the kubeadm test
 //! stand-in) the cluster end-to-end tests provision.
 
+use crate::output::outln;
 use crate::output::{Exit, Style};
 use anyhow::Context;
 use std::path::PathBuf;
@@ -87,7 +88,7 @@ pub fn run(command: RamdiskCommand, style: &Style) -> anyhow::Result<Exit> {
                 .map_err(|e| {
                     anyhow::anyhow!(capstan_runtime::controller::ErrorChain(&e).to_string())
                 })?;
-            println!(
+            outln!(
                 "ramdisk in {} ({:.1} s): kernel {} ({} MiB), initrd {} MiB, ISO {} MiB, {} modules",
                 args.out.display(),
                 started.elapsed().as_secs_f64(),
@@ -104,8 +105,8 @@ pub fn run(command: RamdiskCommand, style: &Style) -> anyhow::Result<Exit> {
                 .map_err(|e| {
                 anyhow::anyhow!(capstan_runtime::controller::ErrorChain(&e).to_string())
             })?;
-            println!("{}  {}", image.raw_sha256, image.raw.display());
-            println!("{}  {}", image.qcow2_sha256, image.qcow2.display());
+            outln!("{}  {}", image.raw_sha256, image.raw.display());
+            outln!("{}  {}", image.qcow2_sha256, image.qcow2.display());
             Ok(Exit::Ok)
         }
         RamdiskCommand::CloudImage(args) => {

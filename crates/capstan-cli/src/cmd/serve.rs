@@ -173,11 +173,18 @@ async fn serve(args: Args, style: &Style) -> anyhow::Result<Exit> {
             client, options,
         )))
     };
-    // One line on stdout when ready: scripts and tests wait for it.
-    println!(
-        "capstan serve: ready at {url} (kubeconfig: {})",
-        kubeconfig.display()
-    );
+    // One line on stdout when ready: scripts and tests wait for it. Nobody reading it (a closed
+    // pipe) is no reason to stop serving.
+    {
+        use std::io::Write;
+        let mut stdout = std::io::stdout().lock();
+        let _ = writeln!(
+            stdout,
+            "capstan serve: ready at {url} (kubeconfig: {})",
+            kubeconfig.display()
+        )
+        .and_then(|()| stdout.flush());
+    }
     let stop = shutdown.clone();
     let serving = capstan_apiserver::serve::serve_tls(server.router(), listener, tls, async move {
         shutdown_signal().await;

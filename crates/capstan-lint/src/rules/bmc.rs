@@ -1,5 +1,8 @@
 //! BareMetalHost BMC settings: an address scheme Metal3 knows, and a credentials Secret in the
 //! host's namespace with `username` and `password` (its absence is skipped with `--partial`).
+//!
+//! `fake://` is capstan's own simulated BMC, which `capstan serve` drives: not an error, one note
+//! for the set saying which hosts have no real machine behind them.
 
 use capstan_model::metal3::parse_bmc_scheme;
 use capstan_model::path::FieldPath;
@@ -11,13 +14,19 @@ use crate::diagnostic::Diagnostic;
 use crate::embedded::field_text;
 use crate::index::View;
 
+/// The address scheme of capstan's simulated BMC.
+const FAKE_SCHEME: &str = "fake://";
+
 /// Runs the BMC rules.
 pub(crate) fn check(ctx: &Ctx<'_, '_>, out: &mut Vec<Diagnostic>) {
+    let mut fake = Vec::new();
     for (entry, host) in ctx.index.hosts() {
         let Some(bmc) = &host.spec.bmc else {
             continue;
         };
-        if !bmc.address.is_empty() && parse_bmc_scheme(&bmc.address).is_none() {
+        if bmc.address.starts_with(FAKE_SCHEME) {
+            fake.push(entry);
+        } else if !bmc.address.is_empty() && parse_bmc_scheme(&bmc.address).is_none() {
             let scheme = bmc
                 .address
                 .split_once("://")
@@ -88,6 +97,23 @@ pub(crate) fn check(ctx: &Ctx<'_, '_>, out: &mut Vec<Diagnostic>) {
             );
         }
     }
+    if let Some(first) = fake.first() {
+        let names: Vec<String> = fake.iter().map(|e| e.id.name.clone()).collect();
+        out.push(
+            Diagnostic::new(
+                id::BMC_ADDRESS_SCHEME,
+                format!(
+                    "{} with capstan's simulated BMC (fake://): {}",
+                    if fake.len() == 1 { "1 host".to_owned() } else { format!("{} hosts", fake.len()) },
+                    names.join(", ")
+                ),
+                first.at_str("spec.bmc.address"),
+            )
+            .with_severity(crate::diagnostic::Severity::Note)
+            .why("`capstan serve` takes such hosts through their lifecycle with no machine behind them; Metal3's bare-metal operator does not know the scheme")
+            .hint("give the hosts their real BMC addresses before using them with Metal3 or real machines"),
+        );
+    }
 }
 
 #[cfg(test)]
@@ -105,6 +131,30 @@ mod tests {
         assert_ne!(bad, BASE);
         assert!(has_rule(&lint_text(&bad), id::BMC_ADDRESS_SCHEME));
         assert!(!has_rule(&lint_text(BASE), id::BMC_ADDRESS_SCHEME));
+    }
+
+    #[test]
+    fn fake_bmcs_are_one_note_not_an_error() {
+        let fake = BASE.replacen(
+            "address: redfish-virtualmedia+http://",
+            "address: fake://capi-1/x",
+            2,
+        );
+        assert_ne!(fake, BASE);
+        let report = lint_text(&fake);
+        let findings: Vec<_> = report
+            .diagnostics
+            .iter()
+            .filter(|d| d.rule == id::BMC_ADDRESS_SCHEME)
+            .collect();
+        assert_eq!(findings.len(), 1, "{}", report.render_human(false));
+        assert_eq!(findings[0].severity, crate::diagnostic::Severity::Note);
+        assert!(
+            findings[0].message.starts_with("2 hosts"),
+            "{}",
+            findings[0].message
+        );
+        assert!(!report.has_errors(), "{}", report.render_human(false));
     }
 
     #[test]

@@ -119,6 +119,16 @@ fn check_cluster_name(
     if ctx.partial || name.is_empty() || ctx.index.cluster(name, from.namespace()).is_some() {
         return;
     }
+    // A Cluster that is there but could not be read (a type error, reported on its own) is not
+    // missing: saying so would send the reader after the wrong object.
+    let unreadable_cluster = ctx.index.named(name, from.namespace()).any(|e| {
+        matches!(e.view, View::Invalid)
+            && e.id.kind == "Cluster"
+            && e.id.group() == "cluster.x-k8s.io"
+    });
+    if unreadable_cluster {
+        return;
+    }
     out.push(
         Diagnostic::new(
             id::UNKNOWN_CLUSTER,
@@ -462,6 +472,28 @@ spec:
             .filter(|d| d.rule == id::DANGLING_REFERENCE)
             .count();
         assert_eq!(dangling, 2, "{}", report.render_human(false));
+    }
+
+    #[test]
+    fn a_cluster_with_a_type_error_is_not_also_unknown() {
+        let bad = BASE.replacen(
+            "    host: 10.250.250.29\n    port: 6443\n",
+            "    host: 10.250.250.29\n    port: six-four-four-three\n",
+            1,
+        );
+        assert_ne!(bad, BASE, "the fixture's Cluster header changed");
+        let report = lint_text(&bad);
+        let rules: Vec<&str> = report.diagnostics.iter().map(|d| d.rule).collect();
+        assert!(
+            rules.contains(&id::INVALID_FIELD),
+            "{}",
+            report.render_human(false)
+        );
+        assert!(
+            !rules.contains(&id::UNKNOWN_CLUSTER),
+            "{}",
+            report.render_human(false)
+        );
     }
 
     #[test]

@@ -146,10 +146,14 @@ pub struct Metal3MachineStatus {
 }
 
 /// Metal3MachineTemplate spec.
+#[skip_serializing_none]
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Metal3MachineTemplateSpec {
     #[serde(default)]
     pub template: Metal3MachineTemplateResource,
+    /// Whether a host deprovisioned during a rolling upgrade goes back to the same machine pool.
+    pub node_reuse: Option<bool>,
 }
 
 /// The template body of a Metal3MachineTemplate.
