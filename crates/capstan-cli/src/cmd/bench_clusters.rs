@@ -9,7 +9,7 @@
 //! kubeadm bootstrap and control-plane controllers, the Metal3 provider claiming and provisioning
 //! hosts, and the host controller.
 
-use crate::output::Exit;
+use crate::output::{Exit, outln};
 use anyhow::{Context, anyhow, bail};
 use futures::{StreamExt, TryStreamExt};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, PostParams};
@@ -377,37 +377,39 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
     let _ = std::fs::remove_dir_all(&dir);
     let figures = figures?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&figures)?);
+        outln!("{}", serde_json::to_string_pretty(&figures)?);
     } else {
-        println!(
+        outln!(
             "{} clusters, {} machines (fake hosts, simulated workload clusters)",
-            figures.clusters, figures.machines
+            figures.clusters,
+            figures.machines
         );
-        println!(
+        outln!(
             "  hosts available after     {:>8.2} s",
             figures.hosts_available_seconds
         );
-        println!(
+        outln!(
             "  clusters created in       {:>8.2} s",
             figures.create_seconds
         );
-        println!(
+        outln!(
             "  all machines Running after{:>8.2} s (from creating the clusters)",
             figures.running_seconds
         );
-        println!(
+        outln!(
             "  deleted, hosts available {:>8.2} s",
             figures.delete_seconds
         );
-        println!(
+        outln!(
             "  server CPU time           {:>8.2} s",
             figures.server_cpu_seconds
         );
-        println!(
+        outln!(
             "  server peak RSS           {:>8.1} MiB (at the end {:.1} MiB)",
-            figures.server_peak_rss_mib, figures.server_rss_mib
+            figures.server_peak_rss_mib,
+            figures.server_rss_mib
         );
-        println!("  API requests served       {:>8}", figures.api_requests);
+        outln!("  API requests served       {:>8}", figures.api_requests);
     }
     Ok(Exit::Ok)
 }

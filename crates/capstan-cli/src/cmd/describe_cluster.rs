@@ -10,7 +10,7 @@
 //! shown; `-o json|yaml` prints the same tree as data.
 
 use crate::client::{self, get_json};
-use crate::output::{Exit, Style};
+use crate::output::{Exit, Style, out, outln};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -773,13 +773,13 @@ pub fn run(
         let objects = fetch(&client, namespace, name).await?;
         let description = build(&objects);
         match output {
-            Some("json") => println!("{}", serde_json::to_string_pretty(&description)?),
-            Some("yaml") => print!(
+            Some("json") => outln!("{}", serde_json::to_string_pretty(&description)?),
+            Some("yaml") => out!(
                 "{}",
                 capstan_manifest::to_yaml(&serde_json::to_value(&description)?)
             ),
             Some(other) => anyhow::bail!("-o {other}: use json or yaml (or nothing for the tree)"),
-            None => print!(
+            None => out!(
                 "{}",
                 render_text(&description, jiff::Timestamp::now(), style)
             ),

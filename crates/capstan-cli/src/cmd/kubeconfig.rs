@@ -40,7 +40,11 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
         out!("{text}");
         return Ok(Exit::Ok);
     };
-    let management = crate::client::kubeconfig_path(args.kubeconfig.as_deref(), &data_dir);
+    let management = crate::client::ConnectArgs {
+        kubeconfig: args.kubeconfig.clone(),
+        data_dir: args.data_dir.clone(),
+    }
+    .kubeconfig();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -119,8 +119,8 @@ pub fn run(command: RamdiskCommand, style: &Style) -> anyhow::Result<Exit> {
             .map_err(|e| {
                 anyhow::anyhow!(capstan_runtime::controller::ErrorChain(&e).to_string())
             })?;
-            println!("{}  {}", image.raw_sha256, image.raw.display());
-            println!("{}  {}", image.qcow2_sha256, image.qcow2.display());
+            outln!("{}  {}", image.raw_sha256, image.raw.display());
+            outln!("{}  {}", image.qcow2_sha256, image.qcow2.display());
             Ok(Exit::Ok)
         }
     }
