@@ -512,7 +512,9 @@ async fn settled(env: &Env, kcp: &str, replicas: i64, version: &str) -> bool {
         && status["version"] == json!(version)
         && machines.len() as i64 == replicas
         && machines.iter().all(|m| {
-            m.metadata.deletion_timestamp.is_none() && m.data["spec"]["version"] == json!(version)
+            m.metadata.deletion_timestamp.is_none()
+                && m.data["spec"]["version"] == json!(version)
+                && m.data.pointer("/status/nodeRef").is_some()
         })
 }
 
@@ -1191,5 +1193,55 @@ async fn failing_bootstrap_step_is_reported_on_the_config() {
         .await
         .unwrap();
     assert!(!reports.data.unwrap().contains_key("step-003"));
+    env.stop_controllers().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn machine_handed_over_for_remediation_is_replaced() {
+    let mut env = Env::start().await;
+    env.start_controllers();
+    env.cluster("c6", Some("c6-cp")).await;
+    env.kcp("c6-cp", "c6", 3, "v1.31.2", 1).await;
+    env.converge("three Machines", || settled(&env, "c6-cp", 3, "v1.31.2"))
+        .await;
+    let before: BTreeSet<String> = env
+        .kcp_machines("c6-cp")
+        .await
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect();
+    let sick = before.iter().next_back().unwrap().clone();
+    // What a MachineHealthCheck writes on a KCP-owned Machine it finds unhealthy.
+    env.patch_status(
+        &machines_r(),
+        &sick,
+        json!({"status": {"conditions": [{"type": "OwnerRemediated", "status": "False", "reason": "WaitingForRemediation", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}),
+    )
+    .await;
+    env.converge("the replacement", || async {
+        let names: BTreeSet<String> = env
+            .kcp_machines("c6-cp")
+            .await
+            .iter()
+            .map(ResourceExt::name_any)
+            .collect();
+        !names.contains(&sick) && settled(&env, "c6-cp", 3, "v1.31.2").await
+    })
+    .await;
+    assert!(env.etcd.removed.lock().unwrap().contains(&sick));
+    assert!(!env.etcd.names().contains(&sick));
+    let after: BTreeSet<String> = env
+        .kcp_machines("c6-cp")
+        .await
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect();
+    assert_eq!(
+        env.etcd.names(),
+        after,
+        "removed {:?}",
+        env.etcd.removed.lock().unwrap()
+    );
+    assert_eq!(env.inits("c6").len(), 1);
     env.stop_controllers().await;
 }
