@@ -63,6 +63,10 @@ pub const ANNOTATION_TOKEN_ID: &str = "bootstrap.capstan.io/token-id";
 pub const DEFAULT_TOKEN_TTL: Duration = Duration::from_secs(15 * 60);
 /// Condition type: the bootstrap data Secret exists.
 pub const DATA_SECRET_AVAILABLE: &str = "DataSecretAvailable";
+/// How often a waiting config is looked at again.
+const WAITING: Duration = Duration::from_secs(60);
+/// How often a config whose data exists is looked at again.
+const RESYNC: Duration = Duration::from_secs(600);
 /// How long to wait before looking again at something no watch reports (the workload cluster).
 const POLL: Duration = Duration::from_secs(10);
 
@@ -1173,14 +1177,13 @@ impl Reconciler for BootstrapController {
                     .await;
             }
         }
+        // Machines, owned Secrets and ConfigMaps, and labelled configs' Clusters are watched; the
+        // requeue covers what is not (a config without the cluster-name label, the workload).
         let requeue = match &outcome {
-            Outcome::Waiting { requeue, .. } => *requeue,
-            Outcome::Ready { .. } => requeue,
+            Outcome::Waiting { requeue, .. } => requeue.unwrap_or(WAITING),
+            Outcome::Ready { .. } => requeue.unwrap_or(RESYNC),
         };
-        Ok(requeue.map_or_else(
-            || Action::requeue(Duration::from_secs(600)),
-            Action::requeue,
-        ))
+        Ok(Action::requeue(requeue))
     }
 }
 

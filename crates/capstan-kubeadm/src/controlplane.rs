@@ -66,6 +66,8 @@ pub const ANNOTATION_ROLE: &str = "controlplane.capstan.io/kubeadm-role";
 /// How often a control plane that is changing is looked at again (the workload cluster and etcd are
 /// not watched).
 const PROGRESS: Duration = Duration::from_secs(5);
+/// How often a control plane waiting on its (watched) Machines is looked at again.
+const WAITING_ON_MACHINES: Duration = Duration::from_secs(30);
 /// How often a settled control plane is looked at again.
 const SETTLED: Duration = Duration::from_secs(60);
 
@@ -293,18 +295,36 @@ impl ControlPlaneController {
     ) -> Result<Option<Cluster>, BootstrapError> {
         let clusters: Api<Cluster> = Api::namespaced(client.clone(), namespace);
         let name = kcp.name_any();
+        let references_this = |c: &Cluster| {
+            c.spec
+                .control_plane_ref
+                .as_ref()
+                .is_some_and(|r| r.kind == "KubeadmControlPlane" && r.name == name)
+        };
+        // The Cluster is usually named by an owner reference or the cluster-name label: one read
+        // instead of a list of every Cluster in the namespace.
+        let named = kcp
+            .owner_references()
+            .iter()
+            .find(|o| o.kind == "Cluster")
+            .map(|o| o.name.clone())
+            .or_else(|| kcp.labels().get(LABEL_CLUSTER_NAME).cloned());
+        if let Some(named) = named
+            && let Some(cluster) = clusters
+                .get_opt(&named)
+                .await
+                .map_err(api_error("reading", "Cluster", namespace, &named))?
+            && references_this(&cluster)
+        {
+            return Ok(Some(cluster));
+        }
         Ok(clusters
             .list(&ListParams::default())
             .await
             .map_err(api_error("listing", "Cluster", namespace, ""))?
             .items
             .into_iter()
-            .find(|c| {
-                c.spec
-                    .control_plane_ref
-                    .as_ref()
-                    .is_some_and(|r| r.kind == "KubeadmControlPlane" && r.name == name)
-            }))
+            .find(references_this))
     }
 
     async fn initialized(&self, raw_kcp: &DynamicObject, key: &ClusterKey) -> bool {
@@ -1088,8 +1108,10 @@ impl Reconciler for ControlPlaneController {
                 &namespace,
                 &name,
             ))?;
+        // Machines are watched; only the workload cluster (initialisation, etcd) needs polling.
         Ok(match step {
             Step::Settled if !acted => Action::requeue(SETTLED),
+            Step::Wait(_) if initialized => Action::requeue(WAITING_ON_MACHINES),
             _ => Action::requeue(PROGRESS),
         })
     }
