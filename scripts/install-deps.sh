@@ -12,6 +12,7 @@
 #                 and the checks of what capstan-iso writes; `capstan ramdisk build` downloads the
 #                 Debian kernel and busybox-static packages itself (apt-get download)
 #   libvirt-dev, pkg-config - to build libvirt-python
+#   cargo-nextest - the test runner (per-test processes and time limits), from crates.io
 # kubectl is part of the machine image (1.32, with 1.27-1.33 in /usr/lib/google-cloud-sdk/bin).
 # Idempotent: packages already present are not reinstalled.
 set -euo pipefail
@@ -60,6 +61,12 @@ if ! sushy-emulator --help >/dev/null 2>&1 || ! python3 -c 'import libvirt' 2>/d
   # pyenv only creates shims for new console scripts on a rehash.
   if command -v pyenv >/dev/null; then pyenv rehash; fi
   hash -r
+fi
+
+# cargo-nextest runs the suite with a per-test time limit (.config/nextest.toml); built from crates.io.
+if ! cargo nextest --version >/dev/null 2>&1; then
+  echo "installing: cargo-nextest (cargo install, a few minutes)"
+  cargo install --locked --quiet cargo-nextest
 fi
 
 for tool in cloud-init vtysh curl kubectl sushy-emulator virsh libvirtd virtlogd qemu-system-x86_64 qemu-img tini xorriso syslinux mcopy mkfs.vfat sfdisk; do

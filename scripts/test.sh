@@ -1,17 +1,37 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine: installs what the tests need, then runs every test of the
-# workspace (unit, integration, doc tests) plus formatting and lint checks.
+# workspace (unit, integration, end-to-end, doc tests) plus formatting and lint checks.
+#
+# The tests themselves run in a network namespace of their own with only a loopback interface: every
+# server a test starts listens on 127.0.0.1, and an address outside the machine (a cluster's VIP, a
+# BMC address in an example) fails at once instead of being tried for real.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/install-deps.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
+# Build everything while the network is still there (crates.io), then test without it.
+cargo build --workspace --all-targets --quiet
+# The end-to-end tests build boot media from Debian packages (`apt-get download` into capstan's
+# package cache); fetch them now, while the network is there.
+warm=$(mktemp -d)
+target/debug/capstan ramdisk build --out "$warm/ramdisk" --agent target/debug/capstan-agent >/dev/null
+target/debug/capstan ramdisk test-image --out "$warm/images" >/dev/null
+rm -rf "$warm"
+
+isolated=()
+if [ "$(id -u)" -eq 0 ] && unshare --net true 2>/dev/null; then
+    isolated=(unshare --net sh -c 'ip link set lo up && exec "$@"' isolated)
+else
+    echo "not root or no unshare: tests run in the machine's own network namespace" >&2
+fi
+
 if cargo nextest --version >/dev/null 2>&1; then
     # Per-test processes with a hard per-test time limit (.config/nextest.toml).
-    cargo nextest run --workspace --all-targets --no-tests=warn
+    "${isolated[@]}" cargo nextest run --workspace --all-targets --no-tests=warn
 else
     echo "cargo-nextest not found: running cargo test (no per-test time limit)" >&2
-    timeout --kill-after=30s 45m cargo test --workspace --all-targets
+    "${isolated[@]}" timeout --kill-after=30s 45m cargo test --workspace --all-targets
 fi
-cargo test --workspace --doc
+"${isolated[@]}" cargo test --workspace --doc

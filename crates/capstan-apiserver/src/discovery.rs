@@ -83,6 +83,28 @@ pub fn resource_list(registry: &Registry, group: &str, version: &str) -> Option<
                 "verbs": ["get", "patch", "update"],
             }));
         }
+        if v.subresources.scale.is_some() {
+            resources.push(json!({
+                "name": format!("{}/scale", crd.plural),
+                "singularName": "",
+                "namespaced": namespaced,
+                "group": "autoscaling",
+                "version": "v1",
+                "kind": "Scale",
+                "verbs": ["get", "patch", "update"],
+            }));
+        }
+        if crd.group.is_empty() && crd.kind == "Pod" {
+            resources.push(json!({
+                "name": "pods/eviction",
+                "singularName": "",
+                "namespaced": true,
+                "group": "policy",
+                "version": "v1",
+                "kind": "Eviction",
+                "verbs": ["create"],
+            }));
+        }
     }
     if resources.is_empty() {
         return None;

@@ -285,6 +285,23 @@ pub(crate) async fn handle(
 ) -> Result<Response, ApiError> {
     let has_name = request.path.name.is_some();
     let subresource = request.path.subresource.clone();
+    if subresource.as_deref() == Some("eviction")
+        && method == Method::POST
+        && has_name
+        && request.kind() == "Pod"
+        && request.group().is_empty()
+    {
+        return evict(&state, &request).await;
+    }
+    if subresource.as_deref() == Some("scale")
+        && has_name
+        && let Some(paths) = request
+            .served
+            .version()
+            .and_then(|v| v.subresources.scale.clone())
+    {
+        return scale(state, method, request, body, &paths).await;
+    }
     if let Some(sub) = subresource.as_deref()
         && !(sub == "status" && request.served.has_status())
     {
@@ -1186,6 +1203,180 @@ async fn delete_one(
         .await?;
     request.to_requested(state, stored_value(&stored)?)
 }
+
+/// `POST pods/NAME/eviction` (policy/v1 Eviction): deletes the Pod unless a PodDisruptionBudget
+/// selecting it allows no disruption now (`status.disruptionsAllowed`, which the budget's controller
+/// keeps; here whoever plays that controller writes it), then answers 429 as Kubernetes does. An
+/// allowed eviction uses up one disruption of each matching budget.
+async fn evict(state: &ApiState, request: &Request) -> Result<Response, ApiError> {
+    let name = request.path.name.clone().unwrap_or_default();
+    let namespace = request.path.namespace.clone().unwrap_or_default();
+    let pod = state
+        .store
+        .get(request.key(&name))
+        .await?
+        .ok_or_else(|| request.not_found(&name))?;
+    let labels = crate::selectors::labels_of(&stored_value(&pod)?);
+    let budgets = state
+        .store
+        .list(
+            PDB_STORAGE.to_owned(),
+            Some(namespace.clone()),
+            None,
+            None,
+            None,
+        )
+        .await?;
+    for budget in budgets.items {
+        let value = stored_value(&budget)?;
+        let selector: capstan_model::meta::LabelSelector =
+            serde_json::from_value(value["spec"]["selector"].clone()).unwrap_or_default();
+        // A budget without a selector selects nothing (policy/v1).
+        if value["spec"]["selector"].is_null()
+            || !capstan_model::meta::selector_matches(&selector, &labels)
+        {
+            continue;
+        }
+        let allowed = value["status"]["disruptionsAllowed"].as_i64().unwrap_or(0);
+        if allowed <= 0 {
+            return Err(ApiError::TooManyRequests(format!(
+                "Cannot evict pod as it would violate the pod's disruption budget: PodDisruptionBudget {namespace}/{} allows no disruption now",
+                budget.key.name
+            )));
+        }
+        let mut spent = value.clone();
+        spent["status"]["disruptionsAllowed"] = json!(allowed - 1);
+        state
+            .store
+            .update(budget.key.clone(), spent, Some(budget.resource_version))
+            .await?;
+    }
+    delete_one(state, request, pod, &json!({})).await?;
+    Ok(json_response(
+        StatusCode::CREATED,
+        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+        &[],
+    ))
+}
+
+/// The value at a CRD JSONPath of the simple `.a.b` form the `scale` subresource uses.
+fn at_path<'a>(object: &'a Value, path: &str) -> &'a Value {
+    path.trim_start_matches('.')
+        .split('.')
+        .fold(object, |v, member| v.get(member).unwrap_or(&Value::Null))
+}
+
+/// The `autoscaling/v1` Scale of `object` by the CRD's `scale` paths.
+fn scale_of(object: &Value, paths: &capstan_schema::ScaleSubresource) -> Value {
+    let metadata = &object["metadata"];
+    let mut status =
+        json!({"replicas": at_path(object, &paths.status_replicas_path).as_i64().unwrap_or(0)});
+    if let Some(selector) = paths
+        .label_selector_path
+        .as_deref()
+        .map(|p| at_path(object, p))
+        .and_then(Value::as_str)
+    {
+        status["selector"] = json!(selector);
+    }
+    json!({
+        "apiVersion": "autoscaling/v1",
+        "kind": "Scale",
+        "metadata": {
+            "name": metadata["name"],
+            "namespace": metadata["namespace"],
+            "uid": metadata["uid"],
+            "resourceVersion": metadata["resourceVersion"],
+            "creationTimestamp": metadata["creationTimestamp"],
+        },
+        "spec": {"replicas": at_path(object, &paths.spec_replicas_path).as_i64().unwrap_or(0)},
+        "status": status,
+    })
+}
+
+/// `GET|PUT|PATCH …/NAME/scale` of a kind whose CRD declares the `scale` subresource (what
+/// `kubectl scale` uses): reads or writes only the replicas at `specReplicasPath`.
+async fn scale(
+    state: Arc<ApiState>,
+    method: Method,
+    request: Request,
+    body: Bytes,
+    paths: &capstan_schema::ScaleSubresource,
+) -> Result<Response, ApiError> {
+    let name = request.path.name.clone().unwrap_or_default();
+    let mut warnings = Vec::new();
+    for _ in 0..MAX_WRITE_ATTEMPTS {
+        let current = state
+            .store
+            .get(request.key(&name))
+            .await?
+            .ok_or_else(|| request.not_found(&name))?;
+        let object = request.to_requested(&state, stored_value(&current)?)?;
+        let mut scale_object = scale_of(&object, paths);
+        match method {
+            Method::GET => return Ok(json_response(StatusCode::OK, &scale_object, &[])),
+            Method::PUT => scale_object = parse_body(&request.headers, &body)?,
+            Method::PATCH => {
+                let patch: Value = serde_json::from_slice(&body).map_err(|e| {
+                    ApiError::BadRequest(format!("the patch is not valid JSON: {e}"))
+                })?;
+                match patch_kind(&request.headers)? {
+                    PatchKind::Json => {
+                        let operations: json_patch::Patch = serde_json::from_value(patch)
+                            .map_err(|e| ApiError::BadRequest(format!("not a JSON patch: {e}")))?;
+                        json_patch::patch(&mut scale_object, &operations)
+                            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+                    }
+                    PatchKind::Merge | PatchKind::Apply => {
+                        json_patch::merge(&mut scale_object, &patch)
+                    }
+                }
+            }
+            _ => return Err(ApiError::MethodNotAllowed),
+        }
+        let replicas = scale_object["spec"]["replicas"]
+            .as_i64()
+            .filter(|r| *r >= 0)
+            .ok_or_else(|| {
+                ApiError::BadRequest(
+                    "spec.replicas of a Scale must be a non-negative integer".into(),
+                )
+            })?;
+        let mut new = object.clone();
+        let mut target = &mut new;
+        let members: Vec<&str> = paths
+            .spec_replicas_path
+            .trim_start_matches('.')
+            .split('.')
+            .collect();
+        for member in &members[..members.len().saturating_sub(1)] {
+            target = &mut target[*member];
+        }
+        if let Some(last) = members.last() {
+            target[*last] = json!(replicas);
+        }
+        match write_over(&state, &request, &current, new, &mut warnings).await {
+            Err(ApiError::Conflict { .. }) => continue,
+            Err(err) => return Err(err),
+            Ok(written) => {
+                return Ok(json_response(
+                    StatusCode::OK,
+                    &scale_of(&written, paths),
+                    &warnings,
+                ));
+            }
+        }
+    }
+    Err(ApiError::Conflict {
+        group: request.group().to_owned(),
+        resource: request.path.plural.clone(),
+        name,
+        message: "too many concurrent writers; try again".into(),
+    })
+}
+
+/// Where PodDisruptionBudgets are stored.
+const PDB_STORAGE: &str = "policy/poddisruptionbudgets";
 
 fn delete_options(body: &Bytes, query: &HashMap<String, String>) -> Result<Value, ApiError> {
     let mut options = if body.is_empty() {

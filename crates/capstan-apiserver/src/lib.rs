@@ -11,6 +11,7 @@
 //! Not served: aggregated discovery, protobuf, server-side apply field ownership (apply patches merge),
 //! and admission webhooks.
 
+pub mod client;
 pub mod conversion;
 mod discovery;
 mod handlers;
@@ -39,6 +40,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock, RwLockWriteGuard};
 use std::time::Instant;
 
+pub use client::in_process_client;
 pub use metrics::Metrics;
 
 /// Why the API server could not start.

@@ -300,7 +300,19 @@ fn synthesised_crd(info: &KindInfo) -> Value {
                 "additionalPrinterColumns": printer_columns(info.kind),
             });
             if status && let Some(obj) = version.as_object_mut() {
-                obj.insert("subresources".into(), json!({"status": {}}));
+                let mut subresources = json!({"status": {}});
+                // `kubectl scale md|ms|kcp`.
+                if matches!(
+                    info.kind,
+                    "MachineDeployment" | "MachineSet" | "KubeadmControlPlane"
+                ) {
+                    subresources["scale"] = json!({
+                        "specReplicasPath": ".spec.replicas",
+                        "statusReplicasPath": ".status.replicas",
+                        "labelSelectorPath": ".status.selector",
+                    });
+                }
+                obj.insert("subresources".into(), subresources);
             }
             version
         })

@@ -59,6 +59,9 @@ pub enum ApiError {
     UnsupportedMediaType(String),
     #[error("{0}")]
     Internal(String),
+    /// A request refused for now, to be retried later (an eviction a PodDisruptionBudget forbids).
+    #[error("{0}")]
+    TooManyRequests(String),
 }
 
 impl ApiError {
@@ -74,6 +77,7 @@ impl ApiError {
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
             Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::TooManyRequests(_) => StatusCode::TOO_MANY_REQUESTS,
         }
     }
 
@@ -90,6 +94,7 @@ impl ApiError {
             Self::Unauthorized => "Unauthorized",
             Self::UnsupportedMediaType(_) => "UnsupportedMediaType",
             Self::Internal(_) => "InternalError",
+            Self::TooManyRequests(_) => "TooManyRequests",
         }
     }
 

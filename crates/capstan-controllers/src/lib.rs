@@ -2,7 +2,15 @@
 //!
 //! - [`ipam`]: the Metal3 IPAM pool allocator (IPClaim → IPAddress from an IPPool).
 //! - [`capstan_hosts`]: the BareMetalHost controller (when [`ControllerOptions::hosts`] is set).
+//! - [`capstan_capi`]: the Cluster API core controllers (Cluster, Machine, MachineSet,
+//!   MachineDeployment), reaching workload clusters through [`ControllerOptions::workloads`].
 //! - [`capstan_kubeadm`]: the KubeadmConfig and KubeadmControlPlane controllers.
+//! - [`capstan_metal3`]: the Metal3 infrastructure provider (Metal3Cluster, Metal3Machine).
+//! - [`capstan_sim`]: the simulated workload backend's boot controller (when
+//!   [`ControllerOptions::simulator`] is set).
+//! - [`capstan_addons`]: the ClusterResourceSet controller, and [`capstan_capi::healthcheck`]: the
+//!   MachineHealthCheck controller (both when [`ControllerOptions::workloads`] is set: they reach
+//!   into workload clusters).
 //! - [`gc`]: the owner-reference garbage collector, for the embedded API server only (a real
 //!   cluster has its own).
 //!
@@ -30,13 +38,16 @@ pub struct ControllerOptions {
     /// Run the BareMetalHost controller with these settings (it needs the provisioning server
     /// that shares its agent registry running in the same process).
     pub hosts: Option<capstan_hosts::HostSettings>,
-    /// Access to workload clusters, shared by every controller that reaches into one.
+    /// How controllers reach workload clusters; `None` is a kubeconfig-based access
+    /// (`<cluster>-kubeconfig` Secrets) on the management client.
     pub workloads: Option<capstan_workload::SharedWorkloadAccess>,
     /// The etcd membership of workload clusters (KubeadmControlPlane).
     pub etcd: Option<capstan_workload::SharedEtcdMembership>,
     /// Base URL (reachable by nodes) of the server that mounts `capstan_kubeadm::report::router`;
     /// `None` renders bootstrap data without step reporting.
     pub bootstrap_report_url: Option<String>,
+    /// Run the simulated workload backend's boot controller (`capstan serve --simulate-workloads`).
+    pub simulator: Option<std::sync::Arc<capstan_sim::Simulator>>,
 }
 
 impl std::fmt::Debug for ControllerOptions {
@@ -48,6 +59,7 @@ impl std::fmt::Debug for ControllerOptions {
             .field("workloads", &self.workloads.is_some())
             .field("etcd", &self.etcd.is_some())
             .field("bootstrap_report_url", &self.bootstrap_report_url)
+            .field("simulator", &self.simulator.is_some())
             .finish()
     }
 }
@@ -63,6 +75,7 @@ impl ControllerOptions {
             workloads: None,
             etcd: None,
             bootstrap_report_url: None,
+            simulator: None,
         }
     }
 
@@ -76,6 +89,7 @@ impl ControllerOptions {
             workloads: None,
             etcd: None,
             bootstrap_report_url: None,
+            simulator: None,
         }
     }
 }
@@ -91,11 +105,24 @@ pub fn shipped_controllers(options: &ControllerOptions) -> Vec<Box<dyn Task>> {
             settings.clone(),
         )));
     }
+    tasks.extend(capstan_capi::controllers(options.workloads.clone()));
     tasks.extend(capstan_kubeadm::controllers(
         options.workloads.clone(),
         options.etcd.clone(),
         options.bootstrap_report_url.clone(),
     ));
+    tasks.extend(capstan_metal3::controllers(options.workloads.clone()));
+    if let Some(simulator) = &options.simulator {
+        tasks.push(simulator.boot_task());
+    }
+    if let Some(workloads) = &options.workloads {
+        tasks.push(controller_task(
+            capstan_addons::ClusterResourceSetController::new(workloads.clone()),
+        ));
+        tasks.push(controller_task(
+            capstan_capi::healthcheck::MachineHealthCheckController::new(workloads.clone()),
+        ));
+    }
     if let Some(interval) = options.garbage_collection {
         tasks.push(Box::new(gc::GarbageCollector::new(interval)));
     }
@@ -107,6 +134,14 @@ pub async fn run_controllers(
     client: Client,
     options: ControllerOptions,
 ) -> Result<(), RuntimeError> {
+    let mut options = options;
+    if options.workloads.is_none() {
+        // One access (one cached client per workload cluster) shared by every controller and
+        // kept across leadership terms.
+        options.workloads = Some(std::sync::Arc::new(
+            capstan_workload::KubeconfigAccess::new(client.clone()),
+        ));
+    }
     let make = {
         let options = options.clone();
         move || shipped_controllers(&options)
@@ -122,6 +157,7 @@ pub fn crds() -> Vec<Value> {
         "apiextensions.k8s.io",
         "coordination.k8s.io",
         "events.k8s.io",
+        "policy",
     ];
     capstan_apiserver::registry::builtin_crds()
         .into_iter()

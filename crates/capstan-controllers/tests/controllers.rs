@@ -9,7 +9,7 @@
 
 use capstan_apiserver::conversion::ApiVersionRewrite;
 use capstan_apiserver::tls::Credentials;
-use capstan_apiserver::{ApiServer, Auth};
+use capstan_apiserver::{ApiServer, Auth, in_process_client};
 use capstan_controllers::ipam::{
     ADDRESS_FINALIZER, CLAIM_CONTROLLER, CLAIM_FINALIZER, LABEL_CLAIM, LABEL_POOL,
 };
@@ -19,7 +19,7 @@ use capstan_model::meta::{ANNOTATION_PAUSED, LABEL_CLUSTER_NAME, ObjectReference
 use capstan_runtime::metrics::ReconcileResult;
 use capstan_runtime::{
     CancellationToken, ControllerMetrics, LeaderElectionConfig, RunOptions, RuntimeError,
-    client_from_kubeconfig, in_process_client,
+    client_from_kubeconfig,
 };
 use capstan_store::{Store, StoreOptions};
 use futures::TryStreamExt;
@@ -96,6 +96,7 @@ impl Env {
             workloads: None,
             etcd: None,
             bootstrap_report_url: None,
+            simulator: None,
         };
         let client = in_process_client(self.server.router());
         self.instances

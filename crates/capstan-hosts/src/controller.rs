@@ -16,8 +16,8 @@ use capstan_model::meta::Condition;
 use capstan_model::metal3::{
     BareMetalHost, BareMetalHostStatus, HardwareData, HardwareDataSpec, OperationMetric,
 };
-use capstan_runtime::conditions;
 use capstan_runtime::{Action, Context, EventType, Reconciler};
+use capstan_runtime::{conditions, patch};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -50,6 +50,10 @@ pub enum HostError {
     Provisioner(#[from] crate::provisioner::ProvisionerError),
     #[error("host has no namespace")]
     NoNamespace,
+    #[error("writing the status")]
+    Status(#[from] patch::PatchError),
+    #[error("serialising the status")]
+    Serialise(#[source] Box<serde_json::Error>),
 }
 
 fn api_error(
@@ -562,19 +566,17 @@ impl Reconciler for HostController {
         let mut written = host.clone();
         if new_status != status || host.status.is_none() {
             new_status.last_updated = Some(now.clone());
-            let mut object = (*host).clone();
-            object.status = Some(new_status.clone());
-            written = Arc::new(
-                hosts
-                    .replace_status(&name, &PostParams::default(), &object)
-                    .await
-                    .map_err(api_error(
-                        "writing the status of",
-                        "BareMetalHost",
-                        &namespace,
-                        &name,
-                    ))?,
-            );
+            // A merge patch of the fields this pass changed: fields of the status this model does
+            // not know (written by newer versions or other writers) are kept.
+            let before = host.status.clone().map(serde_json::to_value).transpose();
+            let before = before
+                .map_err(|e| HostError::Serialise(Box::new(e)))?
+                .unwrap_or_else(|| json!({}));
+            let after =
+                serde_json::to_value(&new_status).map_err(|e| HostError::Serialise(Box::new(e)))?;
+            if let Some(object) = patch::patch_status(&hosts, &*host, &before, &after).await? {
+                written = Arc::new(object);
+            }
         }
         self.apply_effects(&client, &host, &namespace, &effects)
             .await?;

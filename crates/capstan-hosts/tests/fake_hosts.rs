@@ -9,11 +9,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use capstan_apiserver::conversion::ApiVersionRewrite;
+use capstan_apiserver::in_process_client;
 use capstan_apiserver::{ApiServer, Auth};
 use capstan_drivers::{BmcAddress, FakeBmc};
 use capstan_hosts::{AgentRegistry, HostController, HostSettings, ServerSettings};
 use capstan_model::metal3::{BareMetalHost, HardwareData};
-use capstan_runtime::{CancellationToken, RunOptions, controller_task, in_process_client};
+use capstan_runtime::{CancellationToken, RunOptions, controller_task};
 use capstan_store::{Store, StoreOptions};
 use k8s_openapi::api::core::v1::{Event, Secret};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};

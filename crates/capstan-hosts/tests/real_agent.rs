@@ -13,13 +13,14 @@
 use capstan_agent::inspect::SystemRoot;
 use capstan_agent::{Agent, AgentConfig};
 use capstan_apiserver::conversion::ApiVersionRewrite;
+use capstan_apiserver::in_process_client;
 use capstan_apiserver::{ApiServer, Auth};
 use capstan_drivers::{BmcAddress, FakeBmc};
 use capstan_hosts::{
     AgentRegistry, BootMediaBuilder, HostController, HostSettings, ServerSettings,
 };
 use capstan_model::metal3::BareMetalHost;
-use capstan_runtime::{CancellationToken, RunOptions, controller_task, in_process_client};
+use capstan_runtime::{CancellationToken, RunOptions, controller_task};
 use capstan_store::{Store, StoreOptions};
 use k8s_openapi::api::core::v1::Secret;
 use kube::Client;

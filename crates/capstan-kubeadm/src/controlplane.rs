@@ -37,7 +37,7 @@ use capstan_model::capi::v1beta2::{Cluster, Machine};
 use capstan_model::kubeadm::v1beta2::KubeadmControlPlane;
 use capstan_model::meta::{Condition, LABEL_CLUSTER_NAME, LABEL_CONTROL_PLANE};
 use capstan_runtime::conditions::{self, FALSE, TRUE, UNKNOWN};
-use capstan_runtime::{Action, Context, EventType, Reconciler};
+use capstan_runtime::{Action, Cleanup, Context, EventType, Reconciler};
 use capstan_workload::{ClusterKey, SharedEtcdMembership, SharedWorkloadAccess};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -1120,7 +1120,7 @@ impl Reconciler for ControlPlaneController {
         &self,
         kcp: Arc<KubeadmControlPlane>,
         context: Arc<Context>,
-    ) -> Result<Action, BootstrapError> {
+    ) -> Result<Cleanup, BootstrapError> {
         let name = kcp.name_any();
         let namespace = kcp.namespace().unwrap_or_default();
         let machines: Api<Machine> = Api::namespaced(context.client().clone(), &namespace);
@@ -1130,7 +1130,7 @@ impl Reconciler for ControlPlaneController {
             .map_err(api_error("listing", "Machine", &namespace, ""))?
             .items;
         if owned.is_empty() {
-            return Ok(Action::await_change());
+            return Ok(Cleanup::Done);
         }
         for machine in owned
             .iter()
@@ -1153,7 +1153,7 @@ impl Reconciler for ControlPlaneController {
             }
         }
         // The finalizer stays until the Machines are gone; this requeue is the retry.
-        Ok(Action::requeue(PROGRESS))
+        Ok(Cleanup::Pending(Action::requeue(PROGRESS)))
     }
 }
 

@@ -11,11 +11,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)]
 
 use capstan_apiserver::conversion::ApiVersionRewrite;
+use capstan_apiserver::in_process_client;
 use capstan_apiserver::{ApiServer, Auth};
 use capstan_kubeadm::bootstrap::{ANNOTATION_TOKEN_ID, BootstrapController, BootstrapSettings};
 use capstan_kubeadm::controlplane::{ControlPlaneController, ControlPlaneSettings};
 use capstan_kubeadm::report;
-use capstan_runtime::{CancellationToken, RunOptions, RuntimeError, in_process_client};
+use capstan_runtime::{CancellationToken, RunOptions, RuntimeError};
 use capstan_store::{Store, StoreOptions};
 use capstan_workload::{ClusterKey, EtcdMember, EtcdMembership, WorkloadAccess, WorkloadError};
 use futures::future::BoxFuture;

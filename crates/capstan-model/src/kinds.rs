@@ -207,6 +207,28 @@ pub const KINDS: &[KindInfo] = &[
         CAPI
     ),
     kind!(
+        "infrastructure.cluster.x-k8s.io",
+        "Metal3DataClaim",
+        "metal3dataclaims",
+        "metal3dataclaim",
+        ["m3dc"],
+        Namespaced,
+        V1B1_V1B2,
+        "v1beta2",
+        CAPI
+    ),
+    kind!(
+        "infrastructure.cluster.x-k8s.io",
+        "Metal3Data",
+        "metal3datas",
+        "metal3data",
+        ["m3d"],
+        Namespaced,
+        V1B1_V1B2,
+        "v1beta2",
+        CAPI
+    ),
+    kind!(
         "metal3.io",
         "BareMetalHost",
         "baremetalhosts",
@@ -333,6 +355,28 @@ pub const KINDS: &[KindInfo] = &[
         "events",
         "event",
         ["ev"],
+        Namespaced,
+        &["v1"],
+        "v1",
+        &[]
+    ),
+    kind!(
+        "",
+        "Node",
+        "nodes",
+        "node",
+        ["no"],
+        Cluster,
+        &["v1"],
+        "v1",
+        &[]
+    ),
+    kind!(
+        "policy",
+        "PodDisruptionBudget",
+        "poddisruptionbudgets",
+        "poddisruptionbudget",
+        ["pdb"],
         Namespaced,
         &["v1"],
         "v1",

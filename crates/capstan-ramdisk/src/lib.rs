@@ -5,9 +5,12 @@
 //! - [`RamdiskBuild`] makes the ramdisk from Debian packages (`apt-get download`, `dpkg-deb -x`,
 //!   `depmod`): nothing is installed on the build machine.
 //! - [`Ramdisk`] opens a built ramdisk and makes boot ISOs from it.
-//! - [`test_image`] builds the bootable disk image the end-to-end tests provision.
+//! - [`test_image`] builds the bootable disk image the host end-to-end tests provision.
+//! - [`cloud_image`] builds the Debian cloud-init image (with a kubeadm test stand-in) the cluster
+//!   end-to-end tests provision.
 //! - [`cpio`] writes initramfs archives.
 
+pub mod cloud_image;
 pub mod cpio;
 pub mod debian;
 pub mod test_image;

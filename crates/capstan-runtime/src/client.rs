@@ -1,11 +1,9 @@
-//! Kubernetes clients: one that calls the embedded API server's router in-process, and one built
-//! from a kubeconfig for real clusters.
+//! Kubernetes clients built from a kubeconfig, for real clusters.
 //!
-//! The in-process client hands each request straight to the axum router — no socket, no TLS — and
-//! marks it with [`ClientCertificate`], the extension the API server's TLS layer adds for callers that
-//! proved an admin certificate: code in the same process is as trusted as the server itself.
+//! The in-process client of the embedded API server lives beside that server
+//! (`capstan_apiserver::in_process_client`): the runtime works with any [`kube::Client`] and depends
+//! on nothing above it.
 
-use capstan_apiserver::ClientCertificate;
 use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
 use std::path::{Path, PathBuf};
@@ -25,21 +23,6 @@ pub enum ClientError {
     },
     #[error("building the client for kubeconfig {path}")]
     Build { path: PathBuf, source: kube::Error },
-}
-
-/// The namespace requests go to when a caller does not name one.
-pub const DEFAULT_NAMESPACE: &str = "default";
-
-/// A client whose requests are served by `router` (the embedded API server's
-/// [`capstan_apiserver::ApiServer::router`]) in this process, authenticated as a trusted caller.
-pub fn in_process_client(router: axum::Router) -> Client {
-    let service = tower::ServiceBuilder::new()
-        .map_request(|mut request: http::Request<kube::client::Body>| {
-            request.extensions_mut().insert(ClientCertificate);
-            request
-        })
-        .service(router);
-    Client::new(service, DEFAULT_NAMESPACE)
 }
 
 /// A client for the cluster of `path`'s current context (TLS, tokens and client certificates as the

@@ -4,8 +4,9 @@
 //! Around each reconcile the harness:
 //! - skips the object when it, or the Cluster it belongs to, is paused (`cluster.x-k8s.io/paused`
 //!   annotation, or `spec.paused` on the Cluster), and re-triggers it when that Cluster changes;
-//! - adds and removes the controller's finalizer with `kube_runtime::finalizer`, calling
-//!   [`Reconciler::cleanup`] once the object is being deleted;
+//! - adds the controller's finalizer before the first reconcile and, once the object is being
+//!   deleted, calls [`Reconciler::cleanup`] on every pass until it answers [`Cleanup::Done`]; only
+//!   then is the finalizer removed (cleanup that waits for other objects to go takes many passes);
 //! - hands the reconciler a [`Context`] with the client and an event recorder;
 //! - records metrics (reconciles by result, duration, errors, in flight);
 //! - requeues failures with a per-object exponential backoff (1 s doubling to 5 min), forgotten on
@@ -15,14 +16,14 @@
 //! once, and return an [`Action`]. A failed pass is retried by the requeue, never by a loop inside.
 
 use crate::metrics::{ControllerMetrics, ReconcileResult};
-use crate::{RuntimeError, Task, TaskEnv};
+use crate::watches::{Cache, Caches, WatchError};
+use crate::{CancellationToken, RuntimeError, Task, TaskEnv};
 use capstan_model::meta::{ANNOTATION_PAUSED, LABEL_CLUSTER_NAME};
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::{self, Action, Config, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::finalizer::{self, finalizer};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
@@ -96,15 +97,26 @@ pub trait Reconciler: Send + Sync + 'static {
         context: Arc<Context>,
     ) -> impl Future<Output = Result<Action, Self::Error>> + Send;
 
-    /// Releases what `object` holds before its finalizer is removed. Only called for controllers
-    /// with a finalizer.
+    /// Releases what `object` holds before its finalizer is removed: one pass of it, called again
+    /// (on changes and on the returned requeue) until it answers [`Cleanup::Done`]. Only called for
+    /// controllers with a finalizer.
     fn cleanup(
         &self,
         _object: Arc<Self::Object>,
         _context: Arc<Context>,
-    ) -> impl Future<Output = Result<Action, Self::Error>> + Send {
-        async { Ok(Action::await_change()) }
+    ) -> impl Future<Output = Result<Cleanup, Self::Error>> + Send {
+        async { Ok(Cleanup::Done) }
     }
+}
+
+/// What one pass of [`Reconciler::cleanup`] concluded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Cleanup {
+    /// Everything is released: the harness removes the finalizer and the object goes.
+    Done,
+    /// Still waiting (for children to go, a drain, a provider): the finalizer stays and the object
+    /// is looked at again on a change or after the action's requeue.
+    Pending(Action),
 }
 
 /// How to address one object of a kind, by the kind's scope.
@@ -145,6 +157,8 @@ pub struct Context {
     client: Client,
     recorder: Recorder,
     controller: &'static str,
+    caches: Caches,
+    shutdown: CancellationToken,
 }
 
 impl Context {
@@ -161,7 +175,24 @@ impl Context {
             client,
             recorder,
             controller,
+            caches: Caches::default(),
+            shutdown: CancellationToken::new(),
         }
+    }
+
+    /// The same context, whose caches stop when `shutdown` is cancelled.
+    #[must_use]
+    pub fn with_shutdown(mut self, shutdown: CancellationToken) -> Self {
+        self.shutdown = shutdown;
+        self
+    }
+
+    /// A cache of every object of `K`, started and filled on first use (see [`Cache`]).
+    pub async fn cache<K>(&self) -> Result<Cache<K>, WatchError>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    {
+        self.caches.of::<K>(&self.client, &self.shutdown).await
     }
 
     /// The API client.
@@ -208,8 +239,20 @@ impl Context {
 pub enum ReconcileError<E: std::error::Error + 'static> {
     #[error("reconcile")]
     Reconcile(#[source] E),
-    #[error("finalizer")]
-    Finalizer(#[source] Box<finalizer::Error<E>>),
+    #[error("cleanup")]
+    Cleanup(#[source] E),
+    #[error("adding finalizer {finalizer}")]
+    AddFinalizer {
+        finalizer: &'static str,
+        #[source]
+        source: Box<kube::Error>,
+    },
+    #[error("removing finalizer {finalizer}")]
+    RemoveFinalizer {
+        finalizer: &'static str,
+        #[source]
+        source: Box<kube::Error>,
+    },
     #[error("reading the owning Cluster {name}")]
     Cluster {
         name: String,
@@ -340,12 +383,56 @@ async fn reconcile_once<R: Reconciler>(
         context.client.clone(),
         object.meta().namespace.as_deref(),
     );
-    if object.finalizers().is_empty() && object.meta().deletion_timestamp.is_none() {
-        // kube's helper adds a first finalizer with a JSON-patch `test` of a missing field against
-        // null, which only some servers accept; a merge patch guarded by the resourceVersion is
-        // understood everywhere. The write triggers the next reconcile, as the helper's would.
+    let has_finalizer = object.finalizers().iter().any(|f| f == finalizer_name);
+    let deleting = object.meta().deletion_timestamp.is_some();
+    if deleting {
+        if !has_finalizer {
+            // Ours is done; other finalizers hold the object.
+            return Ok(Some(Action::await_change()));
+        }
+        let version = object.meta().resource_version.clone();
+        let remaining: Vec<String> = object
+            .finalizers()
+            .iter()
+            .filter(|f| *f != finalizer_name)
+            .cloned()
+            .collect();
+        let name = object.name_any();
+        return match reconciler
+            .cleanup(object, context)
+            .await
+            .map_err(ReconcileError::Cleanup)?
+        {
+            Cleanup::Pending(action) => Ok(Some(action)),
+            Cleanup::Done => {
+                // Guarded by the resourceVersion: a finalizer another writer added meanwhile is not
+                // dropped (the conflict is retried with the fresh list).
+                let patch = serde_json::json!({"metadata": {
+                    "finalizers": remaining,
+                    "resourceVersion": version,
+                }});
+                match api
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                {
+                    Ok(_) => Ok(Some(Action::await_change())),
+                    // Already gone: nothing is left to release.
+                    Err(kube::Error::Api(e)) if e.code == 404 => Ok(Some(Action::await_change())),
+                    Err(source) => Err(ReconcileError::RemoveFinalizer {
+                        finalizer: finalizer_name,
+                        source: Box::new(source),
+                    }),
+                }
+            }
+        };
+    }
+    if !has_finalizer {
+        // A merge patch guarded by the resourceVersion keeps finalizers other writers add meanwhile;
+        // the write triggers the next reconcile.
+        let mut finalizers = object.finalizers().to_vec();
+        finalizers.push(finalizer_name.to_owned());
         let patch = serde_json::json!({"metadata": {
-            "finalizers": [finalizer_name],
+            "finalizers": finalizers,
             "resourceVersion": object.meta().resource_version,
         }});
         api.patch(
@@ -354,18 +441,17 @@ async fn reconcile_once<R: Reconciler>(
             &Patch::Merge(&patch),
         )
         .await
-        .map_err(|e| ReconcileError::Finalizer(Box::new(finalizer::Error::AddFinalizer(e))))?;
+        .map_err(|source| ReconcileError::AddFinalizer {
+            finalizer: finalizer_name,
+            source: Box::new(source),
+        })?;
         return Ok(Some(Action::await_change()));
     }
-    finalizer(&api, finalizer_name, object, |event| async move {
-        match event {
-            finalizer::Event::Apply(object) => reconciler.reconcile(object, context).await,
-            finalizer::Event::Cleanup(object) => reconciler.cleanup(object, context).await,
-        }
-    })
-    .await
-    .map(Some)
-    .map_err(|e| ReconcileError::Finalizer(Box::new(e)))
+    reconciler
+        .reconcile(object, context)
+        .await
+        .map(Some)
+        .map_err(ReconcileError::Reconcile)
 }
 
 async fn reconcile<R: Reconciler>(
@@ -459,7 +545,10 @@ async fn run_controller<R: Reconciler>(
     let name = reconciler.name();
     let shared = Arc::new(Shared {
         reconciler: reconciler.clone(),
-        context: Arc::new(Context::new(env.client.clone(), name, &env.identity)),
+        context: Arc::new(
+            Context::new(env.client.clone(), name, &env.identity)
+                .with_shutdown(env.shutdown.child_token()),
+        ),
         metrics: env.metrics.clone(),
         backoff: Backoff::default(),
     });

@@ -1,12 +1,17 @@
 //! The controller runtime of capstan, on kube-rs and kube-runtime.
 //!
-//! - [`client`]: a [`kube::Client`] served in-process by the embedded API server's router, and one
-//!   built from a kubeconfig for real clusters.
+//! - [`client`]: a [`kube::Client`] built from a kubeconfig for real clusters (the embedded API
+//!   server's in-process client is `capstan_apiserver::in_process_client`; the runtime depends on
+//!   nothing above it).
 //! - [`controller`]: the harness that runs a [`Reconciler`] with `kube_runtime::Controller` —
 //!   paused objects, finalizers, events, metrics and per-object backoff.
 //! - [`leader`]: Lease-based leader election for standalone controllers.
 //! - [`metrics`], [`health`] and [`conditions`]: Prometheus metrics, the standalone
 //!   `/healthz`/`/readyz`/`/metrics` router, and typed status-condition helpers.
+//! - [`patch`]: merge patches of only the fields a controller changed (status and spec), never a
+//!   PUT of a typed object.
+//! - [`watches`]: triggers from the kinds an object references (by owner reference or by a label
+//!   naming it), and reflector caches for controllers that read many objects.
 //!
 //! [`run`] runs a set of [`Task`]s (controllers, or anything else that runs until shutdown) under
 //! one cancellation token, with or without leader election. The controllers themselves and
@@ -21,9 +26,11 @@ pub mod controller;
 pub mod health;
 pub mod leader;
 pub mod metrics;
+pub mod patch;
+pub mod watches;
 
-pub use client::{client_from_kubeconfig, in_process_client};
-pub use controller::{Context, Reconciler, controller_task};
+pub use client::client_from_kubeconfig;
+pub use controller::{Cleanup, Context, Reconciler, controller_task};
 pub use health::{Health, health_router};
 pub use kube::runtime::controller::Action;
 pub use kube::runtime::events::EventType;

@@ -5,11 +5,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use capstan_apiserver::conversion::ApiVersionRewrite;
-use capstan_apiserver::{ApiServer, Auth};
+use capstan_apiserver::{ApiServer, Auth, in_process_client};
 use capstan_model::ipam::{IPPool, IpPoolSpec, Pool};
 use capstan_runtime::{
     CancellationToken, ControllerMetrics, Health, LeaderElectionConfig, LeaderElector,
-    RuntimeError, health_router, in_process_client, metrics_registry,
+    RuntimeError, health_router, metrics_registry,
 };
 use capstan_store::{Store, StoreOptions};
 use futures::{StreamExt, TryStreamExt};

@@ -53,7 +53,7 @@ struct Figures {
     server_rss_mib: f64,
 }
 
-fn cpu_seconds(pid: u32) -> f64 {
+pub(super) fn cpu_seconds(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // Fields after the parenthesised command name: utime and stime are the 12th and 13th.
     let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);

@@ -16,6 +16,9 @@ pub struct Args {
     /// Namespace.
     #[arg(short = 'n', long, default_value = "default")]
     namespace: String,
+    /// `json` or `yaml` (only for `describe cluster NAME`, which otherwise prints its tree).
+    #[arg(short = 'o', long)]
+    output: Option<String>,
     #[command(flatten)]
     connect: client::ConnectArgs,
 }
@@ -39,6 +42,18 @@ fn indent(text: &str, by: usize) -> String {
 }
 
 pub fn run(args: Args, style: &Style) -> anyhow::Result<Exit> {
+    if matches!(args.kind.as_str(), "cluster" | "clusters" | "cl") {
+        return crate::cmd::describe_cluster::run(
+            &args.name,
+            &args.namespace,
+            args.output.as_deref(),
+            &args.connect,
+            style,
+        );
+    }
+    if args.output.is_some() {
+        anyhow::bail!("-o is only for `describe cluster NAME`");
+    }
     args.connect.run(|client| async move {
         let resource = client::resolve(&client, &args.kind).await?;
         let namespace = resource.namespaced.then_some(args.namespace.as_str());

@@ -3,12 +3,14 @@
 mod apply;
 mod backup;
 mod bench;
+mod bench_clusters;
 mod bench_hosts;
 mod bench_image;
 mod controllers;
 mod crds;
 mod delete;
 mod describe;
+mod describe_cluster;
 pub(crate) mod get;
 mod kubeconfig;
 mod lint;
@@ -63,6 +65,9 @@ pub enum BenchCommand {
     Hosts(bench_hosts::Args),
     /// The agent's raw image write against dd to the same kind of target.
     ImageWrite(bench_image::Args),
+    /// Clusters (1 control plane + workers) on fake hosts and simulated workload clusters, from
+    /// creation to every Machine Running to deletion: time, CPU, memory, API requests.
+    Clusters(bench_clusters::Args),
 }
 
 /// Runs one subcommand; errors that escape are reported as "could not read" (exit 2).
@@ -80,6 +85,7 @@ pub fn run(command: Command, style: &Style) -> anyhow::Result<Exit> {
         Command::Bench(BenchCommand::Store(args)) => bench::run(args),
         Command::Bench(BenchCommand::Hosts(args)) => bench_hosts::run(args),
         Command::Bench(BenchCommand::ImageWrite(args)) => bench_image::run(args),
+        Command::Bench(BenchCommand::Clusters(args)) => bench_clusters::run(args),
         Command::Controllers(args) => controllers::run(args, style),
         Command::Crds(args) => crds::run(args),
         Command::Ramdisk(command) => ramdisk::run(command, style),

@@ -1,6 +1,8 @@
 //! `capstan ramdisk build --out DIR`: the provisioning ramdisk from Debian packages (see
 //! `docs/ramdisk.md`); `capstan serve` finds it in `DATA_DIR/ramdisk` or takes `--ramdisk DIR`.
-//! `capstan ramdisk test-image --out DIR`: the bootable disk image the end-to-end tests provision.
+//! `capstan ramdisk test-image --out DIR`: the bootable disk image the host end-to-end tests provision.
+//! `capstan ramdisk cloud-image --out DIR`: the Debian cloud-init image (with the kubeadm test
+//! stand-in) the cluster end-to-end tests provision.
 
 use crate::output::{Exit, Style};
 use anyhow::Context;
@@ -13,6 +15,22 @@ pub enum RamdiskCommand {
     Build(BuildArgs),
     /// Build the test OS image (disk.img, disk.qcow2) that reports its config drive on the console.
     TestImage(TestImageArgs),
+    /// Build the Debian cloud-init image (cloud.img, cloud.qcow2, vmlinuz, initrd.img) with the
+    /// kubeadm TEST STAND-IN, for the cluster end-to-end tests (debootstrap; root, network).
+    CloudImage(CloudImageArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CloudImageArgs {
+    /// Output directory.
+    #[arg(long)]
+    out: PathBuf,
+    /// Where the bootstrapped root filesystem is kept between builds.
+    #[arg(long, env = "CAPSTAN_CACHE")]
+    cache: Option<PathBuf>,
+    /// The Debian mirror debootstrap uses.
+    #[arg(long, default_value = capstan_ramdisk::cloud_image::DEFAULT_MIRROR)]
+    mirror: String,
 }
 
 #[derive(Debug, clap::Args)]
@@ -84,6 +102,20 @@ pub fn run(command: RamdiskCommand, style: &Style) -> anyhow::Result<Exit> {
         RamdiskCommand::TestImage(args) => {
             let image = capstan_ramdisk::test_image::build(&default_cache(args.cache), &args.out)
                 .map_err(|e| {
+                anyhow::anyhow!(capstan_runtime::controller::ErrorChain(&e).to_string())
+            })?;
+            println!("{}  {}", image.raw_sha256, image.raw.display());
+            println!("{}  {}", image.qcow2_sha256, image.qcow2.display());
+            Ok(Exit::Ok)
+        }
+        RamdiskCommand::CloudImage(args) => {
+            let image = capstan_ramdisk::cloud_image::build(
+                &default_cache(args.cache),
+                &args.out,
+                &args.mirror,
+                &|step| eprintln!("{} {step}", style.ok("cloud-image:")),
+            )
+            .map_err(|e| {
                 anyhow::anyhow!(capstan_runtime::controller::ErrorChain(&e).to_string())
             })?;
             println!("{}  {}", image.raw_sha256, image.raw.display());

@@ -32,6 +32,11 @@ pub struct Args {
     /// Serve the API only; run no controllers in this process.
     #[arg(long)]
     no_controllers: bool,
+    /// Play the workload clusters of `fake://` hosts in this process (capstan-sim): their API,
+    /// Nodes, static pods and etcd, for demos, tests and benchmarks. Other clusters are reached
+    /// through their kubeconfig Secrets as usual.
+    #[arg(long)]
+    simulate_workloads: bool,
     #[command(flatten)]
     provisioning: crate::provisioning::ProvisioningArgs,
 }
@@ -131,10 +136,27 @@ async fn serve(args: Args, style: &Style) -> anyhow::Result<Exit> {
             .state()
             .metrics
             .with_registry(|registry| metrics.register(registry));
-        let client = capstan_runtime::in_process_client(server.router());
+        let client = capstan_apiserver::in_process_client(server.router());
         let mut options = capstan_controllers::ControllerOptions::embedded(
             capstan_runtime::RunOptions::new(shutdown.clone()).with_metrics(metrics),
         );
+        if args.simulate_workloads {
+            let simulator = capstan_sim::Simulator::new(
+                client.clone(),
+                capstan_sim::SimSettings {
+                    state_dir: Some(data_dir.join("workloads")),
+                    listen: true,
+                },
+            );
+            options.workloads = Some(simulator.clone());
+            options.etcd = Some(simulator.clone());
+            options.simulator = Some(simulator);
+            eprintln!("capstan serve: simulating the workload clusters of fake:// hosts");
+        } else {
+            options.workloads = Some(std::sync::Arc::new(
+                capstan_workload::KubeconfigAccess::new(client.clone()),
+            ));
+        }
         if let Some(provisioning) = crate::provisioning::start(
             &args.provisioning,
             Some(&data_dir),

@@ -26,7 +26,7 @@ pub mod allocate;
 use allocate::{AllocationError, Taken};
 use capstan_model::ipam::{IPAddress, IPClaim, IPPool, IpAddressSpec, IpClaimStatus};
 use capstan_model::meta::{LABEL_CLUSTER_NAME, ObjectReference};
-use capstan_runtime::{Action, Context, EventType, Reconciler};
+use capstan_runtime::{Action, Cleanup, Context, EventType, Reconciler};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{
     Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams, Preconditions,
@@ -486,7 +486,7 @@ impl Reconciler for ClaimController {
         &self,
         claim: Arc<IPClaim>,
         context: Arc<Context>,
-    ) -> Result<Action, IpamError> {
+    ) -> Result<Cleanup, IpamError> {
         let namespace = namespace_of(&*claim, "IPClaim")?;
         let name = claim.name_any();
         let pool_name = claim.spec.pool.name.clone().unwrap_or_default();
@@ -515,7 +515,7 @@ impl Reconciler for ClaimController {
                 )
                 .await;
         }
-        Ok(Action::await_change())
+        Ok(Cleanup::Done)
     }
 }
 

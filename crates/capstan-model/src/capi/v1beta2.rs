@@ -33,6 +33,12 @@ pub struct ClusterStatus {
     pub phase: Option<String>,
     pub observed_generation: Option<i64>,
     pub initialization: Option<serde_json::Value>,
+    /// Replica counts of the control plane (`desiredReplicas`, `replicas`, `readyReplicas`, ...).
+    pub control_plane: Option<serde_json::Value>,
+    /// Replica counts of the worker Machines.
+    pub workers: Option<serde_json::Value>,
+    /// Failure domains, copied from the infrastructure cluster.
+    pub failure_domains: Option<serde_json::Value>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }
@@ -88,8 +94,25 @@ pub struct MachineStatus {
     pub phase: Option<String>,
     pub node_ref: Option<serde_json::Value>,
     pub initialization: Option<serde_json::Value>,
+    pub observed_generation: Option<i64>,
+    /// Addresses, copied from the infrastructure machine.
+    pub addresses: Option<Vec<serde_json::Value>>,
+    /// The Kubernetes version the Node runs (`nodeInfo.kubeletVersion`).
+    pub node_info: Option<serde_json::Value>,
+    pub failure_domain: Option<String>,
+    /// Progress of the Machine's deletion.
+    pub deletion: Option<MachineDeletionStatus>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+/// When the steps of a Machine's deletion started.
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineDeletionStatus {
+    pub node_drain_start_time: Option<String>,
+    pub wait_for_node_volume_detach_start_time: Option<String>,
 }
 
 resource!(
@@ -118,6 +141,17 @@ pub struct MachineSetSpec {
     pub selector: LabelSelector,
     #[serde(default)]
     pub template: MachineTemplateSpec,
+    /// Which Machines go first when scaling down.
+    pub deletion: Option<MachineSetDeletion>,
+}
+
+/// How a MachineSet or MachineDeployment picks the Machines to delete.
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineSetDeletion {
+    /// `Random` (default), `Newest` or `Oldest`.
+    pub order: Option<String>,
 }
 
 /// Replica counts of a MachineSet or MachineDeployment.
@@ -129,6 +163,8 @@ pub struct ReplicaStatus {
     pub ready_replicas: Option<i32>,
     pub available_replicas: Option<i32>,
     pub up_to_date_replicas: Option<i32>,
+    /// The label selector in string form (what the `scale` subresource reports).
+    pub selector: Option<String>,
     pub phase: Option<String>,
     pub observed_generation: Option<i64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -163,6 +199,8 @@ pub struct MachineDeploymentSpec {
     pub template: MachineTemplateSpec,
     pub rollout: Option<MachineDeploymentRollout>,
     pub paused: Option<bool>,
+    /// Which Machines go first when scaling down.
+    pub deletion: Option<MachineSetDeletion>,
 }
 
 resource!(

@@ -1,5 +1,6 @@
 //! Cluster API Provider Metal3 kinds (`infrastructure.cluster.x-k8s.io`): Metal3Cluster,
-//! Metal3Machine, Metal3MachineTemplate and Metal3DataTemplate, in `v1beta1` and `v1beta2`.
+//! Metal3Machine, Metal3MachineTemplate, Metal3DataTemplate, Metal3DataClaim and Metal3Data, in
+//! `v1beta1` and `v1beta2`.
 //!
 //! The two versions share most shapes; the differences (`image.format` vs `image.diskFormat`,
 //! `dataTemplate` as a full or a name-only reference, failure domains as a map or a list) are carried
@@ -41,6 +42,8 @@ pub struct Metal3ClusterSpec {
 pub struct Metal3ClusterStatus {
     pub ready: Option<bool>,
     pub initialization: Option<serde_json::Value>,
+    /// v1beta2: a list of `{name, controlPlane, attributes}`; v1beta1: a map by name.
+    pub failure_domains: Option<serde_json::Value>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }
@@ -132,7 +135,10 @@ pub struct Metal3MachineSpec {
 #[serde(rename_all = "camelCase")]
 pub struct Metal3MachineStatus {
     pub ready: Option<bool>,
+    pub initialization: Option<serde_json::Value>,
     pub addresses: Option<serde_json::Value>,
+    pub failure_domain: Option<String>,
+    pub rendered_data: Option<ObjectReference>,
     pub failure_reason: Option<String>,
     pub failure_message: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -168,6 +174,51 @@ pub struct Metal3DataTemplateSpec {
     pub template_reference: Option<String>,
 }
 
+/// Metal3DataClaim spec: which Metal3DataTemplate to render one Metal3Data from.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Metal3DataClaimSpec {
+    #[serde(default)]
+    pub template: ObjectReference,
+}
+
+/// Metal3DataClaim status: the Metal3Data rendered for the claim, or why not.
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Metal3DataClaimStatus {
+    pub rendered_data: Option<ObjectReference>,
+    pub error_message: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// Metal3Data spec: one rendering of a Metal3DataTemplate, at an index unique in the template.
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Metal3DataSpec {
+    #[serde(default)]
+    pub index: i32,
+    pub template_reference: Option<String>,
+    pub meta_data: Option<SecretReference>,
+    pub network_data: Option<SecretReference>,
+    #[serde(default)]
+    pub claim: ObjectReference,
+    #[serde(default)]
+    pub template: ObjectReference,
+}
+
+/// Metal3Data status.
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Metal3DataStatus {
+    pub ready: Option<bool>,
+    pub error_message: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
 /// Versioned kinds.
 macro_rules! capm3_version {
     ($module:ident, $version:literal) => {
@@ -190,6 +241,14 @@ macro_rules! capm3_version {
             resource!(
                 /// Template of per-machine metadata and network data.
                 Metal3DataTemplate, Metal3DataTemplateSpec, serde_json::Value, "infrastructure.cluster.x-k8s.io", $version, "metal3datatemplates", Namespaced
+            );
+            resource!(
+                /// A request for one rendering of a Metal3DataTemplate (one per Metal3Machine).
+                Metal3DataClaim, Metal3DataClaimSpec, Metal3DataClaimStatus, "infrastructure.cluster.x-k8s.io", $version, "metal3dataclaims", Namespaced
+            );
+            resource!(
+                /// One rendering of a Metal3DataTemplate: the metaData and networkData Secrets of a host.
+                Metal3Data, Metal3DataSpec, Metal3DataStatus, "infrastructure.cluster.x-k8s.io", $version, "metal3datas", Namespaced
             );
         }
     };

@@ -1,0 +1,989 @@
+//! `capstan describe cluster NAME`: the tree `clusterctl describe cluster` shows — the Cluster, its
+//! infrastructure, the control plane with its Machines, the workers by MachineDeployment — each with
+//! READY / SEVERITY / REASON / SINCE / MESSAGE; then, when anything is not ready, the root cause
+//! (the deepest failing object, its last error and its last Warning Event), and each Machine's
+//! timeline: host provisioning (the BareMetalHost's `operationHistory`) → bootstrap steps (the
+//! KubeadmConfig's conditions) → Node Ready, with timestamps.
+//!
+//! [`build`] is a pure function of the fetched objects and the time, so the tree is tested without a
+//! server; [`fetch`] is the thin layer that reads the objects. Secrets are never read, so none can be
+//! shown; `-o json|yaml` prints the same tree as data.
+
+use crate::client::{self, get_json};
+use crate::output::{Exit, Style};
+use serde::Serialize;
+use serde_json::Value;
+
+/// The objects the tree is built from (as the API returns them, v1beta2 for Cluster API kinds).
+#[derive(Debug, Default)]
+pub struct Objects {
+    pub cluster: Value,
+    pub infrastructure: Option<Value>,
+    pub control_plane: Option<Value>,
+    pub machine_deployments: Vec<Value>,
+    pub machines: Vec<Value>,
+    pub infra_machines: Vec<Value>,
+    pub hosts: Vec<Value>,
+    pub bootstrap_configs: Vec<Value>,
+    /// Events of the namespace (`v1` or `events.k8s.io/v1` shape).
+    pub events: Vec<Value>,
+}
+
+/// One row of the tree.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TreeNode {
+    /// What the row shows (`ControlPlane - KubeadmControlPlane/capi-1`).
+    pub display: String,
+    pub kind: String,
+    pub name: String,
+    /// `True`, `False`, `Unknown` or empty (no readiness reported).
+    pub ready: String,
+    /// Empty when ready; `Info` while progressing; `Warning`; `Error` for failures.
+    pub severity: String,
+    pub reason: String,
+    /// The readiness condition's last transition.
+    pub last_transition: Option<String>,
+    pub message: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub children: Vec<TreeNode>,
+}
+
+/// The deepest failing object of a chain.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RootCause {
+    /// From the Cluster down to the failing object (`Cluster/a`, `Machine/b`, ...).
+    pub path: Vec<String>,
+    pub reason: String,
+    /// The object's last error (`errorMessage`, failure message, or its condition message).
+    pub error: String,
+    pub last_warning_event: Option<EventSummary>,
+}
+
+/// An Event, as shown.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct EventSummary {
+    pub time: String,
+    pub reason: String,
+    pub message: String,
+}
+
+/// One step in a Machine's life.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct TimelineEntry {
+    pub time: String,
+    /// `host`, `bootstrap` or `node`.
+    pub stage: String,
+    pub what: String,
+}
+
+/// A Machine's timeline.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Timeline {
+    pub machine: String,
+    pub entries: Vec<TimelineEntry>,
+}
+
+/// Everything `describe cluster` shows.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Description {
+    pub tree: TreeNode,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub root_causes: Vec<RootCause>,
+    pub timelines: Vec<Timeline>,
+}
+
+fn name_of(object: &Value) -> String {
+    object["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn kind_of(object: &Value) -> String {
+    object["kind"].as_str().unwrap_or_default().to_owned()
+}
+
+fn text(value: &Value) -> String {
+    value.as_str().unwrap_or_default().to_owned()
+}
+
+fn conditions(object: &Value) -> Vec<Value> {
+    object["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn condition<'a>(list: &'a [Value], type_: &str) -> Option<&'a Value> {
+    list.iter().find(|c| c["type"] == type_)
+}
+
+/// The severity of a not-ready state: a reason that says work is under way is `Info`.
+fn severity_for(status: &str, reason: &str, explicit: &str) -> String {
+    if status == "True" || status.is_empty() {
+        return String::new();
+    }
+    if !explicit.is_empty() {
+        return explicit.to_owned();
+    }
+    let progressing = [
+        "Waiting",
+        "Provisioning",
+        "Deleting",
+        "Scaling",
+        "Registering",
+        "Inspecting",
+        "Preparing",
+        "Pending",
+    ]
+    .iter()
+    .any(|p| reason.starts_with(p))
+        || reason.ends_with("InProgress");
+    if status == "Unknown" || progressing {
+        "Info".to_owned()
+    } else {
+        "Warning".to_owned()
+    }
+}
+
+/// A row for `object` from its readiness condition (the first of `types` present).
+fn row(display: String, object: &Value, types: &[&str]) -> TreeNode {
+    let list = conditions(object);
+    let found = types.iter().find_map(|t| condition(&list, t));
+    let (ready, reason, message, since, explicit) = match found {
+        Some(c) => (
+            text(&c["status"]),
+            text(&c["reason"]),
+            text(&c["message"]),
+            c["lastTransitionTime"].as_str().map(str::to_owned),
+            text(&c["severity"]),
+        ),
+        None => Default::default(),
+    };
+    // An object that reports a failure outright is an error whatever its conditions say.
+    let failure = [
+        &object["status"]["failureMessage"],
+        &object["status"]["errorMessage"],
+        &object["status"]["deprecated"]["v1beta1"]["failureMessage"],
+    ]
+    .into_iter()
+    .find_map(|v| v.as_str().filter(|s| !s.is_empty()).map(str::to_owned));
+    let (ready, severity, message) = match failure {
+        Some(failure) => ("False".to_owned(), "Error".to_owned(), failure),
+        None => {
+            let severity = severity_for(&ready, &reason, &explicit);
+            (ready, severity, message)
+        }
+    };
+    TreeNode {
+        display,
+        kind: kind_of(object),
+        name: name_of(object),
+        ready,
+        severity,
+        reason,
+        last_transition: since,
+        message,
+        children: Vec::new(),
+    }
+}
+
+/// A BareMetalHost's row: ready once provisioned, an error when it reports one.
+fn host_row(host: &Value) -> TreeNode {
+    let state = text(&host["status"]["provisioning"]["state"]);
+    let error = text(&host["status"]["errorMessage"]);
+    let error_type = text(&host["status"]["errorType"]);
+    let (ready, severity, reason, message) = if !error.is_empty() {
+        (
+            "False",
+            "Error",
+            if error_type.is_empty() {
+                "Error".to_owned()
+            } else {
+                error_type
+            },
+            error,
+        )
+    } else if state == "provisioned" {
+        ("True", "", "Provisioned".to_owned(), String::new())
+    } else {
+        (
+            "False",
+            "Info",
+            capitalise(&state),
+            format!("host is {state}"),
+        )
+    };
+    let since = ["provision", "inspect", "register"]
+        .iter()
+        .find_map(|op| {
+            let metric = &host["status"]["operationHistory"][op];
+            non_empty(&metric["end"]).or(non_empty(&metric["start"]))
+        })
+        .map(str::to_owned);
+    TreeNode {
+        display: format!("BareMetalHost/{}", name_of(host)),
+        kind: "BareMetalHost".into(),
+        name: name_of(host),
+        ready: ready.into(),
+        severity: severity.into(),
+        reason,
+        last_transition: since,
+        message,
+        children: Vec::new(),
+    }
+}
+
+fn non_empty(value: &Value) -> Option<&str> {
+    value.as_str().filter(|t| !t.is_empty())
+}
+
+fn capitalise(s: &str) -> String {
+    let mut chars = s.chars();
+    chars
+        .next()
+        .map(|f| f.to_uppercase().collect::<String>() + chars.as_str())
+        .unwrap_or_default()
+}
+
+fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> Option<&'a Value> {
+    objects
+        .iter()
+        .find(|o| (kind.is_empty() || o["kind"] == kind) && o["metadata"]["name"] == name)
+}
+
+/// The host consumed by `infra_machine` (its `consumerRef`).
+fn host_of<'a>(hosts: &'a [Value], infra_machine: &Value) -> Option<&'a Value> {
+    hosts.iter().find(|h| {
+        h["spec"]["consumerRef"]["kind"] == infra_machine["kind"]
+            && h["spec"]["consumerRef"]["name"] == infra_machine["metadata"]["name"]
+    })
+}
+
+/// A Machine with its infrastructure machine and host beneath it.
+fn machine_row(objects: &Objects, machine: &Value) -> TreeNode {
+    let mut node = row(format!("Machine/{}", name_of(machine)), machine, &["Ready"]);
+    let reference = &machine["spec"]["infrastructureRef"];
+    if let Some(infra) = find(
+        &objects.infra_machines,
+        &text(&reference["kind"]),
+        &text(&reference["name"]),
+    ) {
+        let mut infra_node = row(
+            format!(
+                "MachineInfrastructure - {}/{}",
+                kind_of(infra),
+                name_of(infra)
+            ),
+            infra,
+            &["Ready"],
+        );
+        if let Some(host) = host_of(&objects.hosts, infra) {
+            infra_node.children.push(host_row(host));
+        }
+        node.children.push(infra_node);
+    }
+    node
+}
+
+/// Machines under a parent: the ready ones collapsed into one row (as clusterctl groups them), the
+/// others each with their infrastructure and host.
+fn machine_rows(objects: &Objects, machines: &[&Value]) -> Vec<TreeNode> {
+    let rows: Vec<TreeNode> = machines.iter().map(|m| machine_row(objects, m)).collect();
+    let all_ready = |n: &TreeNode| {
+        n.ready == "True"
+            && n.children
+                .iter()
+                .all(|c| c.ready == "True" && c.children.iter().all(|h| h.ready == "True"))
+    };
+    let (ready, other): (Vec<TreeNode>, Vec<TreeNode>) = rows.into_iter().partition(all_ready);
+    let mut out = Vec::new();
+    if ready.len() > 1 {
+        let names: Vec<&str> = ready.iter().map(|n| n.name.as_str()).collect();
+        out.push(TreeNode {
+            display: format!("{} Machines...", ready.len()),
+            kind: "Machine".into(),
+            name: String::new(),
+            ready: "True".into(),
+            last_transition: ready.iter().filter_map(|n| n.last_transition.clone()).max(),
+            message: format!("See {}", names.join(", ")),
+            ..TreeNode::default()
+        });
+    } else {
+        out.extend(ready);
+    }
+    out.extend(other);
+    out
+}
+
+fn label<'a>(object: &'a Value, key: &str) -> Option<&'a str> {
+    object["metadata"]["labels"][key].as_str()
+}
+
+/// The tree of the cluster.
+pub fn tree(objects: &Objects) -> TreeNode {
+    let cluster = &objects.cluster;
+    let mut root = row(
+        format!("Cluster/{}", name_of(cluster)),
+        cluster,
+        &["Available", "Ready"],
+    );
+    if let Some(infra) = &objects.infrastructure {
+        root.children.push(row(
+            format!(
+                "ClusterInfrastructure - {}/{}",
+                kind_of(infra),
+                name_of(infra)
+            ),
+            infra,
+            &["Ready"],
+        ));
+    }
+    let is_control_plane = |m: &&Value| label(m, "cluster.x-k8s.io/control-plane").is_some();
+    if let Some(cp) = &objects.control_plane {
+        let mut node = row(
+            format!("ControlPlane - {}/{}", kind_of(cp), name_of(cp)),
+            cp,
+            &["Available", "Ready"],
+        );
+        let machines: Vec<&Value> = objects.machines.iter().filter(is_control_plane).collect();
+        node.children = machines.iter().map(|m| machine_row(objects, m)).collect();
+        root.children.push(node);
+    }
+    let mut workers = TreeNode {
+        display: "Workers".into(),
+        ..TreeNode::default()
+    };
+    for deployment in &objects.machine_deployments {
+        let name = name_of(deployment);
+        let mut node = row(
+            format!("MachineDeployment/{name}"),
+            deployment,
+            &["Available", "Ready"],
+        );
+        let machines: Vec<&Value> = objects
+            .machines
+            .iter()
+            .filter(|m| label(m, "cluster.x-k8s.io/deployment-name") == Some(name.as_str()))
+            .collect();
+        node.children = machine_rows(objects, &machines);
+        workers.children.push(node);
+    }
+    let others: Vec<&Value> = objects
+        .machines
+        .iter()
+        .filter(|m| !is_control_plane(m) && label(m, "cluster.x-k8s.io/deployment-name").is_none())
+        .collect();
+    workers
+        .children
+        .extend(others.iter().map(|m| machine_row(objects, m)));
+    if !workers.children.is_empty() {
+        root.children.push(workers);
+    }
+    root
+}
+
+fn event_target(event: &Value) -> (String, String) {
+    let target = if event["regarding"].is_object() {
+        &event["regarding"]
+    } else {
+        &event["involvedObject"]
+    };
+    (text(&target["kind"]), text(&target["name"]))
+}
+
+fn event_time(event: &Value) -> String {
+    [
+        "lastTimestamp",
+        "deprecatedLastTimestamp",
+        "eventTime",
+        "firstTimestamp",
+    ]
+    .iter()
+    .find_map(|k| event[k].as_str().filter(|s| !s.is_empty()))
+    .unwrap_or_default()
+    .to_owned()
+}
+
+/// The last Warning Event about `kind`/`name`.
+fn last_warning(events: &[Value], kind: &str, name: &str) -> Option<EventSummary> {
+    events
+        .iter()
+        .filter(|e| e["type"] == "Warning" && event_target(e) == (kind.to_owned(), name.to_owned()))
+        .max_by_key(|e| event_time(e))
+        .map(|e| EventSummary {
+            time: event_time(e),
+            reason: text(&e["reason"]),
+            message: e["message"]
+                .as_str()
+                .or(e["note"].as_str())
+                .unwrap_or_default()
+                .to_owned(),
+        })
+}
+
+/// The deepest not-ready objects of the tree, each with the path to it.
+pub fn root_causes(tree: &TreeNode, events: &[Value]) -> Vec<RootCause> {
+    fn walk(node: &TreeNode, path: &mut Vec<String>, found: &mut Vec<(Vec<String>, TreeNode)>) {
+        let failing = !node.ready.is_empty() && node.ready != "True";
+        if !node.kind.is_empty() {
+            path.push(
+                node.display
+                    .rsplit(" - ")
+                    .next()
+                    .unwrap_or(&node.display)
+                    .to_owned(),
+            );
+        }
+        let before = found.len();
+        for child in &node.children {
+            walk(child, path, found);
+        }
+        if failing && found.len() == before {
+            found.push((path.clone(), node.clone()));
+        }
+        if !node.kind.is_empty() {
+            path.pop();
+        }
+    }
+    let mut found = Vec::new();
+    walk(tree, &mut Vec::new(), &mut found);
+    found
+        .into_iter()
+        .map(|(path, node)| RootCause {
+            path,
+            reason: node.reason.clone(),
+            error: node.message.clone(),
+            last_warning_event: last_warning(events, &node.kind, &node.name),
+        })
+        .collect()
+}
+
+/// Each Machine's steps: host operations, bootstrap conditions, Node Ready.
+pub fn timelines(objects: &Objects) -> Vec<Timeline> {
+    let mut out = Vec::new();
+    for machine in &objects.machines {
+        let mut entries = Vec::new();
+        let reference = &machine["spec"]["infrastructureRef"];
+        if let Some(host) = find(
+            &objects.infra_machines,
+            &text(&reference["kind"]),
+            &text(&reference["name"]),
+        )
+        .and_then(|infra| host_of(&objects.hosts, infra))
+        {
+            let host_name = name_of(host);
+            for op in ["register", "inspect", "provision", "deprovision"] {
+                let metric = &host["status"]["operationHistory"][op];
+                for (edge, verb) in [("start", "started"), ("end", "finished")] {
+                    if let Some(time) = metric[edge].as_str().filter(|t| !t.is_empty()) {
+                        entries.push(TimelineEntry {
+                            time: time.to_owned(),
+                            stage: "host".into(),
+                            what: format!("BareMetalHost/{host_name} {op} {verb}"),
+                        });
+                    }
+                }
+            }
+        }
+        let bootstrap = &machine["spec"]["bootstrap"]["configRef"];
+        if let Some(config) = find(
+            &objects.bootstrap_configs,
+            &text(&bootstrap["kind"]),
+            &text(&bootstrap["name"]),
+        ) {
+            for c in conditions(config) {
+                let Some(time) = c["lastTransitionTime"].as_str() else {
+                    continue;
+                };
+                let mut what = format!(
+                    "{}/{} {}={}",
+                    kind_of(config),
+                    name_of(config),
+                    text(&c["type"]),
+                    text(&c["status"])
+                );
+                for key in ["reason", "message"] {
+                    let value = text(&c[key]);
+                    if !value.is_empty() {
+                        what.push_str(&format!(" {value}"));
+                    }
+                }
+                entries.push(TimelineEntry {
+                    time: time.to_owned(),
+                    stage: "bootstrap".into(),
+                    what,
+                });
+            }
+        }
+        let machine_conditions = conditions(machine);
+        for type_ in ["NodeReady", "NodeHealthy"] {
+            if let Some(c) = condition(&machine_conditions, type_)
+                && c["status"] == "True"
+                && let Some(time) = c["lastTransitionTime"].as_str()
+            {
+                let node = text(&machine["status"]["nodeRef"]["name"]);
+                entries.push(TimelineEntry {
+                    time: time.to_owned(),
+                    stage: "node".into(),
+                    what: format!("Node/{node} Ready"),
+                });
+                break;
+            }
+        }
+        entries.sort();
+        out.push(Timeline {
+            machine: name_of(machine),
+            entries,
+        });
+    }
+    out
+}
+
+/// The whole description.
+pub fn build(objects: &Objects) -> Description {
+    let tree = tree(objects);
+    let root_causes = if tree.ready == "True" {
+        Vec::new()
+    } else {
+        root_causes(&tree, &objects.events)
+    };
+    Description {
+        tree,
+        root_causes,
+        timelines: timelines(objects),
+    }
+}
+
+/// `5s`, `3m`, `2h`, `4d`: how long ago `time` was at `now`.
+pub fn since(time: Option<&str>, now: jiff::Timestamp) -> String {
+    let Some(then) = time.and_then(|t| t.parse::<jiff::Timestamp>().ok()) else {
+        return String::new();
+    };
+    let secs = now.as_second().saturating_sub(then.as_second()).max(0);
+    match secs {
+        s if s < 120 => format!("{s}s"),
+        s if s < 2 * 3600 => format!("{}m", s / 60),
+        s if s < 2 * 86_400 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86_400),
+    }
+}
+
+/// The text rendering: the tree table, root causes and timelines.
+pub fn render_text(description: &Description, now: jiff::Timestamp, style: &Style) -> String {
+    let mut rows: Vec<[String; 6]> = Vec::new();
+    fn flatten(
+        node: &TreeNode,
+        prefix: &str,
+        last: bool,
+        top: bool,
+        now: jiff::Timestamp,
+        rows: &mut Vec<[String; 6]>,
+    ) {
+        let branch = if top {
+            String::new()
+        } else if last {
+            format!("{prefix}└─")
+        } else {
+            format!("{prefix}├─")
+        };
+        rows.push([
+            format!("{branch}{}", node.display),
+            node.ready.clone(),
+            node.severity.clone(),
+            node.reason.clone(),
+            since(node.last_transition.as_deref(), now),
+            node.message.lines().next().unwrap_or_default().to_owned(),
+        ]);
+        let child_prefix = if top {
+            String::new()
+        } else if last {
+            format!("{prefix}  ")
+        } else {
+            format!("{prefix}│ ")
+        };
+        for (i, child) in node.children.iter().enumerate() {
+            flatten(
+                child,
+                &child_prefix,
+                i + 1 == node.children.len(),
+                false,
+                now,
+                rows,
+            );
+        }
+    }
+    flatten(&description.tree, "", true, true, now, &mut rows);
+    let header = ["NAME", "READY", "SEVERITY", "REASON", "SINCE", "MESSAGE"].map(str::to_owned);
+    let widths: Vec<usize> = (0..5)
+        .map(|i| {
+            rows.iter()
+                .chain([&header])
+                .map(|r| r[i].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for (n, r) in std::iter::once(&header).chain(rows.iter()).enumerate() {
+        let mut line = String::new();
+        for (i, width) in widths.iter().enumerate() {
+            let cell = &r[i];
+            let pad = " ".repeat(width - cell.chars().count() + 2);
+            let shown = match (n, i, cell.as_str(), r[2].as_str()) {
+                (0, ..) => cell.clone(),
+                (_, 1, "True", _) => style.ok(cell),
+                (_, 1 | 2, "False" | "Error" | "Warning", "Error") => style.error(cell),
+                (_, 1 | 2, "False" | "Warning", _) => style.warning(cell),
+                _ => cell.clone(),
+            };
+            line.push_str(&shown);
+            line.push_str(&pad);
+        }
+        line.push_str(&r[5]);
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    if !description.root_causes.is_empty() {
+        out.push_str(&format!("\n{}\n", style.error("★ Root cause")));
+        for cause in &description.root_causes {
+            out.push_str(&format!("  {}\n", cause.path.join(" → ")));
+            if !cause.reason.is_empty() || !cause.error.is_empty() {
+                out.push_str(&format!("    {}: {}\n", cause.reason, cause.error));
+            }
+            if let Some(event) = &cause.last_warning_event {
+                out.push_str(&format!(
+                    "    last Warning Event {} {}: {}\n",
+                    event.time, event.reason, event.message
+                ));
+            }
+        }
+    }
+    let timelines: Vec<&Timeline> = description
+        .timelines
+        .iter()
+        .filter(|t| !t.entries.is_empty())
+        .collect();
+    if !timelines.is_empty() {
+        out.push_str("\n★ Machine timelines\n");
+        for timeline in timelines {
+            out.push_str(&format!("  Machine/{}\n", timeline.machine));
+            for entry in &timeline.entries {
+                out.push_str(&format!(
+                    "    {:<20}  {:<9}  {}\n",
+                    entry.time, entry.stage, entry.what
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// Reads the objects of cluster `name` in `namespace`.
+pub async fn fetch(client: &kube::Client, namespace: &str, name: &str) -> anyhow::Result<Objects> {
+    let cluster = get_json(
+        client,
+        &format!("/apis/cluster.x-k8s.io/v1beta2/namespaces/{namespace}/clusters/{name}"),
+        None,
+    )
+    .await?;
+    // Kinds a cluster may not have (or a server may not serve) read as empty.
+    let list = |path: String| async move {
+        get_json(client, &path, None)
+            .await
+            .map(|v| v["items"].as_array().cloned().unwrap_or_default())
+            .unwrap_or_default()
+    };
+    let by_reference = |reference: Value| async move {
+        let kind = reference["kind"].as_str()?.to_owned();
+        let ref_name = reference["name"].as_str()?.to_owned();
+        let resource = client::resolve(client, &kind).await.ok()?;
+        get_json(
+            client,
+            &resource.path(Some(namespace), Some(&ref_name)),
+            None,
+        )
+        .await
+        .ok()
+    };
+    let infrastructure = by_reference(cluster["spec"]["infrastructureRef"].clone()).await;
+    let control_plane = by_reference(cluster["spec"]["controlPlaneRef"].clone()).await;
+    // By `spec.clusterName` rather than the label: objects made by hand may lack the label.
+    let of_cluster = |items: Vec<Value>| -> Vec<Value> {
+        items
+            .into_iter()
+            .filter(|o| o["spec"]["clusterName"] == name)
+            .collect()
+    };
+    let capi =
+        |plural: &str| format!("/apis/cluster.x-k8s.io/v1beta2/namespaces/{namespace}/{plural}");
+    let machines = of_cluster(list(capi("machines")).await);
+    let machine_deployments = of_cluster(list(capi("machinedeployments")).await);
+    let mut infra_machines = Vec::new();
+    let mut kinds: Vec<String> = machines
+        .iter()
+        .filter_map(|m| {
+            m["spec"]["infrastructureRef"]["kind"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .collect();
+    kinds.sort();
+    kinds.dedup();
+    for kind in kinds {
+        if let Ok(resource) = client::resolve(client, &kind).await {
+            // Matched by name from the Machines' references: a provider may not label them.
+            infra_machines.extend(list(resource.path(Some(namespace), None)).await);
+        }
+    }
+    let hosts = list(format!(
+        "/apis/metal3.io/v1alpha1/namespaces/{namespace}/baremetalhosts"
+    ))
+    .await;
+    let bootstrap_configs = list(format!(
+        "/apis/bootstrap.cluster.x-k8s.io/v1beta2/namespaces/{namespace}/kubeadmconfigs"
+    ))
+    .await;
+    let events = list(format!("/api/v1/namespaces/{namespace}/events")).await;
+    Ok(Objects {
+        cluster,
+        infrastructure,
+        control_plane,
+        machine_deployments,
+        machines,
+        infra_machines,
+        hosts,
+        bootstrap_configs,
+        events,
+    })
+}
+
+/// Runs `capstan describe cluster NAME`.
+pub fn run(
+    name: &str,
+    namespace: &str,
+    output: Option<&str>,
+    connect: &client::ConnectArgs,
+    style: &Style,
+) -> anyhow::Result<Exit> {
+    connect.run(|client| async move {
+        let objects = fetch(&client, namespace, name).await?;
+        let description = build(&objects);
+        match output {
+            Some("json") => println!("{}", serde_json::to_string_pretty(&description)?),
+            Some("yaml") => print!(
+                "{}",
+                capstan_manifest::to_yaml(&serde_json::to_value(&description)?)
+            ),
+            Some(other) => anyhow::bail!("-o {other}: use json or yaml (or nothing for the tree)"),
+            None => print!(
+                "{}",
+                render_text(&description, jiff::Timestamp::now(), style)
+            ),
+        }
+        Ok(Exit::Ok)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const NOW: &str = "2026-01-01T01:00:00Z";
+
+    fn cond(type_: &str, status: &str, reason: &str, message: &str, time: &str) -> Value {
+        json!({"type": type_, "status": status, "reason": reason, "message": message, "lastTransitionTime": time})
+    }
+
+    fn machine(name: &str, labels: Value, ready: &str, host_kind_name: &str) -> Value {
+        json!({
+            "kind": "Machine",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {
+                "infrastructureRef": {"kind": "Metal3Machine", "name": host_kind_name},
+                "bootstrap": {"configRef": {"kind": "KubeadmConfig", "name": name}},
+            },
+            "status": {"nodeRef": {"name": name}, "conditions": [
+                cond("Ready", ready, if ready == "True" { "Ready" } else { "NotReady" }, "", "2026-01-01T00:30:00Z"),
+                cond("NodeReady", ready, "", "", "2026-01-01T00:30:00Z"),
+            ]},
+        })
+    }
+
+    fn infra(name: &str, ready: &str) -> Value {
+        json!({"kind": "Metal3Machine", "metadata": {"name": name}, "status": {"conditions": [cond("Ready", ready, "", "", "2026-01-01T00:20:00Z")]}})
+    }
+
+    fn host(name: &str, consumer: &str, state: &str, error: &str) -> Value {
+        json!({
+            "kind": "BareMetalHost",
+            "metadata": {"name": name},
+            "spec": {"consumerRef": {"kind": "Metal3Machine", "name": consumer}},
+            "status": {
+                "provisioning": {"state": state},
+                "errorMessage": error,
+                "errorType": if error.is_empty() { "" } else { "provisioning error" },
+                "operationHistory": {
+                    "register": {"start": "2026-01-01T00:01:00Z", "end": "2026-01-01T00:02:00Z"},
+                    "provision": {"start": "2026-01-01T00:05:00Z", "end": ""},
+                },
+            },
+        })
+    }
+
+    fn objects() -> Objects {
+        let cp =
+            json!({"cluster.x-k8s.io/control-plane": "", "cluster.x-k8s.io/cluster-name": "c"});
+        let md = json!({"cluster.x-k8s.io/deployment-name": "c-md", "cluster.x-k8s.io/cluster-name": "c"});
+        Objects {
+            cluster: json!({"kind": "Cluster", "metadata": {"name": "c"}, "status": {"conditions": [
+                cond("Available", "False", "NotAvailable", "* Workers: 1 Machine not ready", "2026-01-01T00:10:00Z"),
+            ]}}),
+            infrastructure: Some(
+                json!({"kind": "Metal3Cluster", "metadata": {"name": "c"}, "status": {"conditions": [cond("Ready", "True", "", "", "2026-01-01T00:00:30Z")]}}),
+            ),
+            control_plane: Some(
+                json!({"kind": "KubeadmControlPlane", "metadata": {"name": "c"}, "status": {"conditions": [cond("Available", "True", "", "", "2026-01-01T00:40:00Z")]}}),
+            ),
+            machine_deployments: vec![
+                json!({"kind": "MachineDeployment", "metadata": {"name": "c-md"}, "status": {"conditions": [
+                    cond("Available", "False", "WaitingForAvailableMachines", "1 of 3 not ready", "2026-01-01T00:50:00Z"),
+                ]}}),
+            ],
+            machines: vec![
+                machine("c-cp-1", cp, "True", "m-cp-1"),
+                machine("c-md-1", md.clone(), "True", "m-md-1"),
+                machine("c-md-2", md.clone(), "True", "m-md-2"),
+                machine("c-md-3", md, "False", "m-md-3"),
+            ],
+            infra_machines: vec![
+                infra("m-cp-1", "True"),
+                infra("m-md-1", "True"),
+                infra("m-md-2", "True"),
+                infra("m-md-3", "False"),
+            ],
+            hosts: vec![
+                host("h0", "m-cp-1", "provisioned", ""),
+                host("h1", "m-md-1", "provisioned", ""),
+                host("h2", "m-md-2", "provisioned", ""),
+                host("h3", "m-md-3", "provisioning", "image checksum mismatch"),
+            ],
+            bootstrap_configs: vec![
+                json!({"kind": "KubeadmConfig", "metadata": {"name": "c-cp-1"}, "status": {"conditions": [
+                    cond("DataSecretAvailable", "True", "", "", "2026-01-01T00:03:00Z"),
+                ]}}),
+            ],
+            events: vec![
+                json!({"type": "Warning", "reason": "ProvisioningError", "message": "old", "involvedObject": {"kind": "BareMetalHost", "name": "h3"}, "lastTimestamp": "2026-01-01T00:06:00Z"}),
+                json!({"type": "Warning", "reason": "ProvisioningError", "note": "image checksum mismatch", "regarding": {"kind": "BareMetalHost", "name": "h3"}, "eventTime": "2026-01-01T00:07:00Z"}),
+                json!({"type": "Normal", "reason": "Registered", "message": "x", "involvedObject": {"kind": "BareMetalHost", "name": "h3"}, "lastTimestamp": "2026-01-01T00:09:00Z"}),
+            ],
+        }
+    }
+
+    #[test]
+    fn tree_groups_ready_workers_and_shows_the_failing_chain() {
+        let now: jiff::Timestamp = NOW.parse().unwrap();
+        let text = render_text(&build(&objects()), now, &Style { color: false });
+        let expected = "\
+NAME                                                  READY  SEVERITY  REASON                       SINCE  MESSAGE
+Cluster/c                                             False  Warning   NotAvailable                 50m    * Workers: 1 Machine not ready
+├─ClusterInfrastructure - Metal3Cluster/c             True                                          59m
+├─ControlPlane - KubeadmControlPlane/c                True                                          20m
+│ └─Machine/c-cp-1                                    True             Ready                        30m
+│   └─MachineInfrastructure - Metal3Machine/m-cp-1    True                                          40m
+│     └─BareMetalHost/h0                              True             Provisioned                  55m
+└─Workers
+  └─MachineDeployment/c-md                            False  Info      WaitingForAvailableMachines  10m    1 of 3 not ready
+    ├─2 Machines...                                   True                                          30m    See c-md-1, c-md-2
+    └─Machine/c-md-3                                  False  Warning   NotReady                     30m
+      └─MachineInfrastructure - Metal3Machine/m-md-3  False  Warning                                40m
+        └─BareMetalHost/h3                            False  Error     provisioning error           55m    image checksum mismatch
+
+★ Root cause
+  Cluster/c → MachineDeployment/c-md → Machine/c-md-3 → Metal3Machine/m-md-3 → BareMetalHost/h3
+    provisioning error: image checksum mismatch
+    last Warning Event 2026-01-01T00:07:00Z ProvisioningError: image checksum mismatch
+
+★ Machine timelines
+";
+        assert!(text.starts_with(expected), "{text}");
+        // No colour codes without colour.
+        assert!(!text.contains('\x1b'));
+        let coloured = render_text(&build(&objects()), now, &Style { color: true });
+        assert!(coloured.contains("\x1b[1;31mError\x1b[0m"));
+    }
+
+    #[test]
+    fn root_cause_is_the_deepest_failing_object_with_its_last_warning() {
+        let description = build(&objects());
+        assert_eq!(description.root_causes.len(), 1);
+        let cause = &description.root_causes[0];
+        assert_eq!(
+            cause.path.last().map(String::as_str),
+            Some("BareMetalHost/h3")
+        );
+        assert_eq!(cause.error, "image checksum mismatch");
+        let event = cause.last_warning_event.clone().unwrap();
+        assert_eq!(
+            (event.time.as_str(), event.message.as_str()),
+            ("2026-01-01T00:07:00Z", "image checksum mismatch")
+        );
+    }
+
+    #[test]
+    fn timeline_orders_host_bootstrap_and_node_steps() {
+        let description = build(&objects());
+        let cp = description
+            .timelines
+            .iter()
+            .find(|t| t.machine == "c-cp-1")
+            .unwrap();
+        let steps: Vec<(&str, &str)> = cp
+            .entries
+            .iter()
+            .map(|e| (e.stage.as_str(), e.what.as_str()))
+            .collect();
+        assert_eq!(
+            steps,
+            [
+                ("host", "BareMetalHost/h0 register started"),
+                ("host", "BareMetalHost/h0 register finished"),
+                ("bootstrap", "KubeadmConfig/c-cp-1 DataSecretAvailable=True"),
+                ("host", "BareMetalHost/h0 provision started"),
+                ("node", "Node/c-cp-1 Ready"),
+            ]
+        );
+    }
+
+    #[test]
+    fn all_green_has_no_root_cause_and_serialises() {
+        let mut objects = objects();
+        objects.cluster["status"]["conditions"] = json!([cond(
+            "Available",
+            "True",
+            "Available",
+            "",
+            "2026-01-01T00:59:00Z"
+        )]);
+        let description = build(&objects);
+        assert!(description.root_causes.is_empty());
+        let json = serde_json::to_value(&description).unwrap();
+        assert_eq!(json["tree"]["display"], "Cluster/c");
+        assert!(json.get("rootCauses").is_none());
+    }
+
+    #[test]
+    fn since_is_compact() {
+        let now: jiff::Timestamp = NOW.parse().unwrap();
+        assert_eq!(since(Some("2026-01-01T00:59:30Z"), now), "30s");
+        assert_eq!(since(Some("2026-01-01T00:00:00Z"), now), "60m");
+        assert_eq!(since(Some("2025-12-31T00:00:00Z"), now), "25h");
+        assert_eq!(since(Some("2025-12-01T00:00:00Z"), now), "31d");
+        assert_eq!(since(None, now), "");
+    }
+}

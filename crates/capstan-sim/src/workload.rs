@@ -1,0 +1,338 @@
+//! One simulated workload cluster: a capstan API server of its own (the cluster's "kube-apiserver"),
+//! reached in-process, and what kubeadm and the kubelets would write into it.
+
+use crate::SimError;
+use crate::cloud_config::Bootstrap;
+use capstan_apiserver::{ApiServer, Auth};
+use capstan_store::{Store, StoreOptions};
+use capstan_workload::{ClusterKey, EtcdMember};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// The static pods kubeadm runs on every control-plane node.
+pub const CONTROL_PLANE_COMPONENTS: [&str; 4] = [
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "etcd",
+];
+
+/// A running simulated workload cluster.
+pub struct SimCluster {
+    pub key: ClusterKey,
+    pub server: ApiServer,
+    pub client: Client,
+    /// Stacked etcd: one member per control-plane node.
+    pub etcd: Mutex<Vec<EtcdMember>>,
+    /// The loopback HTTPS URL kubectl can use, when the listener runs.
+    pub url: Mutex<Option<String>>,
+    /// Stops the listener.
+    pub shutdown: capstan_runtime::CancellationToken,
+    /// Kept so a temporary store lives as long as the cluster.
+    _temp: Option<tempfile::TempDir>,
+}
+
+impl SimCluster {
+    /// Starts the workload API of `key`, storing its objects under `state_dir` (kept across
+    /// restarts) or in a temporary directory.
+    pub async fn start(key: ClusterKey, state_dir: Option<&Path>) -> Result<Arc<Self>, SimError> {
+        let (dir, temp): (PathBuf, _) = match state_dir {
+            Some(base) => (base.join(&key.namespace).join(&key.name), None),
+            None => {
+                let temp = tempfile::tempdir().map_err(|source| SimError::Io {
+                    what: "creating a temporary directory for a workload store",
+                    source,
+                })?;
+                (temp.path().to_path_buf(), Some(temp))
+            }
+        };
+        let store = Store::open(
+            &dir.join("workload.db"),
+            StoreOptions {
+                retained_events: 1_000,
+                max_batch: 64,
+                readers: 1,
+            },
+        )
+        .map_err(|source| SimError::Store {
+            cluster: key.clone(),
+            source,
+        })?;
+        let server = ApiServer::new(
+            store,
+            Arc::new(capstan_apiserver::conversion::ModelConverter),
+            Auth { tokens: Vec::new() },
+        )
+        .await
+        .map_err(|source| SimError::Server {
+            cluster: key.clone(),
+            source,
+        })?;
+        let client = capstan_apiserver::in_process_client(server.router());
+        Ok(Arc::new(Self {
+            key,
+            server,
+            client,
+            etcd: Mutex::new(Vec::new()),
+            url: Mutex::new(None),
+            shutdown: capstan_runtime::CancellationToken::new(),
+            _temp: temp,
+        }))
+    }
+
+    /// The loopback URL of the cluster's HTTPS listener, once it runs.
+    pub fn url(&self) -> Option<String> {
+        self.url.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub(crate) fn set_url(&self, url: &str) {
+        *self.url.lock().unwrap_or_else(|p| p.into_inner()) = Some(url.to_owned());
+    }
+
+    pub(crate) fn etcd(&self) -> std::sync::MutexGuard<'_, Vec<EtcdMember>> {
+        // Members are plain data; a panicking holder cannot leave them half-written.
+        self.etcd.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Adds the etcd member of control-plane node `name` (the first becomes leader).
+    pub fn add_member(&self, name: &str) {
+        let mut members = self.etcd();
+        if members.iter().any(|m| m.name == name) {
+            return;
+        }
+        let leader = members.is_empty();
+        let id = members
+            .iter()
+            .map(|m| m.id)
+            .max()
+            .unwrap_or(0x8e9e_05c5_2164_694d)
+            + 1;
+        members.push(EtcdMember {
+            name: name.to_owned(),
+            id,
+            healthy: true,
+            leader,
+        });
+    }
+
+    fn api_error(&self, what: &str) -> impl FnOnce(kube::Error) -> SimError {
+        let (cluster, what) = (self.key.clone(), what.to_owned());
+        move |source| SimError::Workload {
+            cluster,
+            what,
+            source: Box::new(source),
+        }
+    }
+
+    /// Whether the bootstrap token `id.secret` exists in kube-system and matches.
+    pub async fn token_valid(&self, token: &str) -> Result<bool, SimError> {
+        let Some((id, secret)) = token.split_once('.') else {
+            return Ok(false);
+        };
+        let name = format!("bootstrap-token-{id}");
+        let found = Api::<Secret>::namespaced(self.client.clone(), "kube-system")
+            .get_opt(&name)
+            .await
+            .map_err(self.api_error("reading the bootstrap token"))?;
+        Ok(found.is_some_and(|s| {
+            let data = s.data.unwrap_or_default();
+            data.get("token-secret").map(|v| v.0.as_slice()) == Some(secret.as_bytes())
+        }))
+    }
+
+    /// Creates the bootstrap tokens `kubeadm init` creates from InitConfiguration.
+    pub async fn create_tokens(&self, tokens: &[String]) -> Result<(), SimError> {
+        let secrets = Api::<Secret>::namespaced(self.client.clone(), "kube-system");
+        for token in tokens {
+            let Some((id, secret)) = token.split_once('.') else {
+                continue;
+            };
+            let object: Secret = serde_json::from_value(json!({
+                "metadata": {"name": format!("bootstrap-token-{id}"), "namespace": "kube-system"},
+                "type": "bootstrap.kubernetes.io/token",
+                "stringData": {"token-id": id, "token-secret": secret,
+                    "usage-bootstrap-authentication": "true", "usage-bootstrap-signing": "true"},
+            }))
+            .unwrap_or_default();
+            create_or_keep(&secrets, &object)
+                .await
+                .map_err(self.api_error("creating a bootstrap token"))?;
+        }
+        Ok(())
+    }
+
+    /// Registers Node `name` as its kubelet would: labels, providerID, addresses, Ready.
+    pub async fn register_node(
+        &self,
+        name: &str,
+        bootstrap: &Bootstrap,
+        control_plane: bool,
+        addresses: &[(String, String)],
+    ) -> Result<(), SimError> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let mut labels = bootstrap.node_labels.clone();
+        labels.insert("kubernetes.io/hostname".into(), name.to_owned());
+        labels.insert("kubernetes.io/os".into(), "linux".into());
+        if control_plane {
+            labels.insert(
+                "node-role.kubernetes.io/control-plane".into(),
+                String::new(),
+            );
+        }
+        let mut spec = json!({});
+        if let Some(id) = &bootstrap.provider_id {
+            spec["providerID"] = json!(id);
+        }
+        if control_plane {
+            spec["taints"] =
+                json!([{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]);
+        }
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": labels},
+            "spec": spec,
+        }))
+        .unwrap_or_default();
+        create_or_keep(&nodes, &node)
+            .await
+            .map_err(self.api_error("registering the Node"))?;
+        self.set_node_ready(
+            name,
+            true,
+            bootstrap.kubernetes_version.as_deref(),
+            addresses,
+        )
+        .await
+    }
+
+    /// Writes the Node's Ready condition (and addresses) as its kubelet would.
+    pub async fn set_node_ready(
+        &self,
+        name: &str,
+        ready: bool,
+        version: Option<&str>,
+        addresses: &[(String, String)],
+    ) -> Result<(), SimError> {
+        let now = capstan_runtime::conditions::now();
+        let (status, reason, message) = if ready {
+            ("True", "KubeletReady", "kubelet is posting ready status")
+        } else {
+            (
+                "Unknown",
+                "NodeStatusUnknown",
+                "Kubelet stopped posting node status.",
+            )
+        };
+        let mut patch = json!({"status": {
+            "conditions": [{"type": "Ready", "status": status, "reason": reason, "message": message,
+                "lastHeartbeatTime": now, "lastTransitionTime": now}],
+        }});
+        if !addresses.is_empty() {
+            patch["status"]["addresses"] = addresses
+                .iter()
+                .map(|(t, a)| json!({"type": t, "address": a}))
+                .collect();
+        }
+        if let Some(version) = version {
+            patch["status"]["nodeInfo"] = json!({"kubeletVersion": version, "kubeProxyVersion": version,
+                "operatingSystem": "linux", "architecture": "amd64", "containerRuntimeVersion": "containerd://simulated"});
+        }
+        Api::<Node>::all(self.client.clone())
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(self.api_error("writing the Node status"))?;
+        Ok(())
+    }
+
+    /// Whether Node `name` exists, and whether it is Ready.
+    pub async fn node(&self, name: &str) -> Result<Option<bool>, SimError> {
+        let node = Api::<Node>::all(self.client.clone())
+            .get_opt(name)
+            .await
+            .map_err(self.api_error("reading the Node"))?;
+        Ok(node.map(|n| {
+            n.status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+        }))
+    }
+
+    /// The control-plane static pods of node `name`, Running and Ready.
+    pub async fn start_static_pods(
+        &self,
+        name: &str,
+        version: Option<&str>,
+    ) -> Result<(), SimError> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), "kube-system");
+        for component in CONTROL_PLANE_COMPONENTS {
+            let pod_name = format!("{component}-{name}");
+            let image = format!(
+                "registry.k8s.io/{component}:{}",
+                version.unwrap_or("v0.0.0")
+            );
+            let pod: Pod = serde_json::from_value(json!({
+                "metadata": {"name": pod_name, "namespace": "kube-system",
+                    "labels": {"component": component, "tier": "control-plane"},
+                    "annotations": {"kubernetes.io/config.source": "file"}},
+                "spec": {"nodeName": name, "containers": [{"name": component, "image": image}]},
+            }))
+            .unwrap_or_default();
+            create_or_keep(&pods, &pod)
+                .await
+                .map_err(self.api_error("creating a static pod"))?;
+            let now = capstan_runtime::conditions::now();
+            let patch = json!({"status": {"phase": "Running", "conditions": [
+                {"type": "Ready", "status": "True", "lastTransitionTime": now},
+                {"type": "ContainersReady", "status": "True", "lastTransitionTime": now},
+            ]}});
+            pods.patch_status(&pod_name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(self.api_error("writing a static pod's status"))?;
+        }
+        Ok(())
+    }
+
+    /// The `kubeadm-config` ConfigMap `kubeadm init` writes (ClusterConfiguration as YAML).
+    pub async fn write_kubeadm_config(&self, bootstrap: &Bootstrap) -> Result<(), SimError> {
+        let configuration = bootstrap.cluster_configuration.clone().unwrap_or_default();
+        let text = capstan_manifest::to_yaml(&configuration);
+        let map: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": "kubeadm-config", "namespace": "kube-system"},
+            "data": {"ClusterConfiguration": text},
+        }))
+        .unwrap_or_default();
+        let maps: Api<ConfigMap> = Api::namespaced(self.client.clone(), "kube-system");
+        create_or_keep(&maps, &map)
+            .await
+            .map_err(self.api_error("writing kubeadm-config"))?;
+        Ok(())
+    }
+
+    /// Names of the Nodes registered.
+    pub async fn node_names(&self) -> Result<Vec<String>, SimError> {
+        Ok(Api::<Node>::all(self.client.clone())
+            .list(&Default::default())
+            .await
+            .map_err(self.api_error("listing Nodes"))?
+            .items
+            .iter()
+            .map(ResourceExt::name_any)
+            .collect())
+    }
+}
+
+async fn create_or_keep<K>(api: &Api<K>, object: &K) -> Result<(), kube::Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    match api.create(&PostParams::default(), object).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(err) => Err(err),
+    }
+}
