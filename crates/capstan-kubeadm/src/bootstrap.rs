@@ -63,6 +63,10 @@ pub const ANNOTATION_TOKEN_ID: &str = "bootstrap.capstan.io/token-id";
 pub const DEFAULT_TOKEN_TTL: Duration = Duration::from_secs(15 * 60);
 /// Condition type: the bootstrap data Secret exists.
 pub const DATA_SECRET_AVAILABLE: &str = "DataSecretAvailable";
+/// How often a waiting config is looked at again.
+const WAITING: Duration = Duration::from_secs(60);
+/// How often a config whose data exists is looked at again.
+const RESYNC: Duration = Duration::from_secs(600);
 /// How long to wait before looking again at something no watch reports (the workload cluster).
 const POLL: Duration = Duration::from_secs(10);
 
@@ -724,17 +728,20 @@ impl BootstrapController {
             }
         };
         let owner_cluster = owner_reference(cluster, false);
-        let certificates: ClusterCertificates;
+        // The keys written to the node: every key pair for control planes, none for workers.
+        let certificates: Option<ClusterCertificates>;
         let mut token_id = None;
         let documents = match role {
             Role::Init => {
-                certificates = certs::lookup_or_generate(
-                    client,
-                    namespace,
-                    &cluster_name,
-                    Some(owner_cluster),
-                )
-                .await?;
+                certificates = Some(
+                    certs::lookup_or_generate(
+                        client,
+                        namespace,
+                        &cluster_name,
+                        Some(owner_cluster),
+                    )
+                    .await?,
+                );
                 let facts = ClusterFacts {
                     cluster_name: cluster_name.clone(),
                     control_plane_endpoint: host_port(&host, port),
@@ -749,12 +756,15 @@ impl BootstrapController {
                 kubeadm_api::init_documents(spec, &facts, api)
             }
             Role::JoinControlPlane | Role::JoinWorker => {
-                let found = if role == Role::JoinControlPlane {
+                let ca = lookup_ca(client, namespace, &cluster_name).await?;
+                certificates = if role == Role::JoinControlPlane {
                     certs::lookup(client, namespace, &cluster_name).await?
                 } else {
-                    lookup_ca(client, namespace, &cluster_name).await?
+                    None
                 };
-                let Some(found) = found else {
+                let missing =
+                    ca.is_none() || (role == Role::JoinControlPlane && certificates.is_none());
+                let (Some(ca), false) = (ca, missing) else {
                     return Ok(Outcome::Waiting {
                         reason: "MissingSecret",
                         message: format!(
@@ -765,7 +775,6 @@ impl BootstrapController {
                         warn: false,
                     });
                 };
-                certificates = found;
                 let Some(workloads) = &self.settings.workloads else {
                     return Ok(waiting(
                         "WaitingForWorkloadCluster",
@@ -800,7 +809,11 @@ impl BootstrapController {
                 let discovery = Discovery {
                     api_server_endpoint: host_port(&host, port),
                     token: format!("{id}.{secret}"),
-                    ca_cert_hash: certificates.ca_cert_hash(&cluster_name, namespace)?,
+                    ca_cert_hash: certs::ca_cert_hash(
+                        &ca,
+                        &Purpose::ClusterCa.secret_name(&cluster_name),
+                        namespace,
+                    )?,
                 };
                 token_id = Some(id);
                 vec![kubeadm_api::join_document(
@@ -832,7 +845,7 @@ impl BootstrapController {
         };
         let cloud_config = cloudinit::render(&BootstrapData {
             role,
-            certificates: Some(&certificates),
+            certificates: certificates.as_ref(),
             kubeadm_documents: documents,
             files,
             spec,
@@ -860,12 +873,12 @@ impl BootstrapController {
     }
 }
 
-/// Only the cluster CA (workers need its hash, not the other keys).
+/// The cluster CA's key pair (joining nodes pin its public key).
 async fn lookup_ca(
     client: &Client,
     namespace: &str,
     cluster: &str,
-) -> Result<Option<ClusterCertificates>, BootstrapError> {
+) -> Result<Option<KeyMaterial>, BootstrapError> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let name = Purpose::ClusterCa.secret_name(cluster);
     let Some(secret) = secrets
@@ -875,23 +888,15 @@ async fn lookup_ca(
     else {
         return Ok(None);
     };
-    let (Some(cert), Some(key)) = (
-        secret_text(&secret, certs::TLS_CRT),
-        secret_text(&secret, certs::TLS_KEY),
-    ) else {
-        return Ok(None);
-    };
-    let ca = KeyMaterial { cert, key };
-    let empty = KeyMaterial {
-        cert: String::new(),
-        key: String::new(),
-    };
-    Ok(Some(ClusterCertificates {
-        cluster_ca: ca,
-        etcd_ca: empty.clone(),
-        front_proxy_ca: empty.clone(),
-        service_account: empty,
-    }))
+    Ok(
+        match (
+            secret_text(&secret, certs::TLS_CRT),
+            secret_text(&secret, certs::TLS_KEY),
+        ) {
+            (Some(cert), Some(key)) => Some(KeyMaterial { cert, key }),
+            _ => None,
+        },
+    )
 }
 
 fn base64_of(text: &str) -> String {
@@ -1173,14 +1178,13 @@ impl Reconciler for BootstrapController {
                     .await;
             }
         }
+        // Machines, owned Secrets and ConfigMaps, and labelled configs' Clusters are watched; the
+        // requeue covers what is not (a config without the cluster-name label, the workload).
         let requeue = match &outcome {
-            Outcome::Waiting { requeue, .. } => *requeue,
-            Outcome::Ready { .. } => requeue,
+            Outcome::Waiting { requeue, .. } => requeue.unwrap_or(WAITING),
+            Outcome::Ready { .. } => requeue.unwrap_or(RESYNC),
         };
-        Ok(requeue.map_or_else(
-            || Action::requeue(Duration::from_secs(600)),
-            Action::requeue,
-        ))
+        Ok(Action::requeue(requeue))
     }
 }
 

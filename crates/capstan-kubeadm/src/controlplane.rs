@@ -10,8 +10,10 @@
 //! 3. Initialised = the workload API answers and has `kube-system/kubeadm-config` (what kubeadm init
 //!    writes); remembered in status once seen.
 //! 4. Decide: no Machine → create the first (init configuration); not initialised, or a Machine not
-//!    ready (no `nodeRef`) or being deleted → wait; outdated Machines (version, or the hash of the
-//!    kubeadm config spec and machine template) → roll: create while below `replicas + maxSurge`,
+//!    ready (no `nodeRef`) or being deleted → wait; a Machine a MachineHealthCheck handed over
+//!    (`OwnerRemediated` False) → remove it (never the last one; the scale-up replaces it);
+//!    outdated Machines (version, the hash of the kubeadm config spec and machine template, or
+//!    created before a passed `spec.rollout.after`) → roll: create while below `replicas + maxSurge`,
 //!    else remove the oldest outdated (maxSurge 0: remove first, then create); otherwise scale to
 //!    `replicas` (join one at a time, remove the oldest first).
 //! 5. Removing a Machine: refuse when the etcd members left would be fewer than a quorum of the
@@ -64,6 +66,8 @@ pub const ANNOTATION_ROLE: &str = "controlplane.capstan.io/kubeadm-role";
 /// How often a control plane that is changing is looked at again (the workload cluster and etcd are
 /// not watched).
 const PROGRESS: Duration = Duration::from_secs(5);
+/// How often a control plane waiting on its (watched) Machines is looked at again.
+const WAITING_ON_MACHINES: Duration = Duration::from_secs(30);
 /// How often a settled control plane is looked at again.
 const SETTLED: Duration = Duration::from_secs(60);
 
@@ -166,6 +170,8 @@ struct Member {
     ready: bool,
     up_to_date: bool,
     deleting: bool,
+    /// A MachineHealthCheck asked the owner to remediate it (`OwnerRemediated` False).
+    unhealthy: bool,
 }
 
 impl Member {
@@ -214,6 +220,25 @@ fn decide(members: &[Member], replicas: i64, surge: i64, initialized: bool) -> S
     }
     if members.is_empty() {
         return Step::Create { init: !initialized };
+    }
+    if let Some(sick) = members.iter().find(|m| m.unhealthy) {
+        let name = sick.machine.name_any();
+        if members.len() < 2 {
+            return Step::Refuse {
+                reason: "RemediationNotPossible",
+                message: format!(
+                    "Machine {name} needs remediation, but it is the only control-plane Machine: replacing it would lose etcd and the cluster; repair the node, or scale to 3 replicas first"
+                ),
+            };
+        }
+        if let Some(other) = members.iter().find(|m| !m.ready && !m.unhealthy) {
+            return Step::Wait(format!(
+                "Machine {name} needs remediation; waiting for Machine {} to get a Node first",
+                other.machine.name_any()
+            ));
+        }
+        // The etcd quorum check of the removal still applies.
+        return Step::Remove(name);
     }
     if !initialized {
         return Step::Wait(
@@ -270,18 +295,36 @@ impl ControlPlaneController {
     ) -> Result<Option<Cluster>, BootstrapError> {
         let clusters: Api<Cluster> = Api::namespaced(client.clone(), namespace);
         let name = kcp.name_any();
+        let references_this = |c: &Cluster| {
+            c.spec
+                .control_plane_ref
+                .as_ref()
+                .is_some_and(|r| r.kind == "KubeadmControlPlane" && r.name == name)
+        };
+        // The Cluster is usually named by an owner reference or the cluster-name label: one read
+        // instead of a list of every Cluster in the namespace.
+        let named = kcp
+            .owner_references()
+            .iter()
+            .find(|o| o.kind == "Cluster")
+            .map(|o| o.name.clone())
+            .or_else(|| kcp.labels().get(LABEL_CLUSTER_NAME).cloned());
+        if let Some(named) = named
+            && let Some(cluster) = clusters
+                .get_opt(&named)
+                .await
+                .map_err(api_error("reading", "Cluster", namespace, &named))?
+            && references_this(&cluster)
+        {
+            return Ok(Some(cluster));
+        }
         Ok(clusters
             .list(&ListParams::default())
             .await
             .map_err(api_error("listing", "Cluster", namespace, ""))?
             .items
             .into_iter()
-            .find(|c| {
-                c.spec
-                    .control_plane_ref
-                    .as_ref()
-                    .is_some_and(|r| r.kind == "KubeadmControlPlane" && r.name == name)
-            }))
+            .find(references_this))
     }
 
     async fn initialized(&self, raw_kcp: &DynamicObject, key: &ClusterKey) -> bool {
@@ -772,6 +815,12 @@ impl Reconciler for ControlPlaneController {
             .map_err(api_error("listing", "Machine", &namespace, ""))?
             .items;
         let hash = spec_hash(&spec);
+        // `spec.rollout.after`: once it has passed, Machines created before it are replaced.
+        let rollout_after = spec
+            .pointer("/rollout/after")
+            .and_then(Value::as_str)
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+            .filter(|after| *after <= jiff::Timestamp::now());
         let members: Vec<Member> = listed
             .into_iter()
             .map(|machine| Member {
@@ -781,8 +830,20 @@ impl Reconciler for ControlPlaneController {
                     .and_then(|s| s.node_ref.as_ref())
                     .is_some(),
                 up_to_date: machine.spec.version.as_deref() == Some(kcp.spec.version.as_str())
-                    && machine.annotations().get(ANNOTATION_SPEC_HASH) == Some(&hash),
+                    && machine.annotations().get(ANNOTATION_SPEC_HASH) == Some(&hash)
+                    && !rollout_after.is_some_and(|after| {
+                        machine
+                            .metadata
+                            .creation_timestamp
+                            .as_ref()
+                            .is_some_and(|created| created.0 < after)
+                    }),
                 deleting: machine.metadata.deletion_timestamp.is_some(),
+                unhealthy: machine
+                    .status
+                    .as_ref()
+                    .and_then(|s| conditions::get(&s.conditions, "OwnerRemediated"))
+                    .is_some_and(|c| c.status == FALSE),
                 machine,
             })
             .collect();
@@ -1047,8 +1108,10 @@ impl Reconciler for ControlPlaneController {
                 &namespace,
                 &name,
             ))?;
+        // Machines are watched; only the workload cluster (initialisation, etcd) needs polling.
         Ok(match step {
             Step::Settled if !acted => Action::requeue(SETTLED),
+            Step::Wait(_) if initialized => Action::requeue(WAITING_ON_MACHINES),
             _ => Action::requeue(PROGRESS),
         })
     }
@@ -1108,6 +1171,7 @@ mod tests {
             ready,
             up_to_date,
             deleting: false,
+            unhealthy: false,
         }
     }
 
@@ -1135,6 +1199,31 @@ mod tests {
         ];
         assert_eq!(decide(&three, 3, 1, true), Step::Settled);
         assert_eq!(decide(&three, 1, 1, true), Step::Remove("a".into()));
+    }
+
+    #[test]
+    fn remediation_replaces_one_machine_and_never_the_last() {
+        let mut sick = member("a", false, true, "2026-01-01T00:00:00Z");
+        sick.unhealthy = true;
+        assert!(matches!(
+            decide(std::slice::from_ref(&sick), 1, 1, true),
+            Step::Refuse {
+                reason: "RemediationNotPossible",
+                ..
+            }
+        ));
+        let three = [
+            sick.clone(),
+            member("b", true, true, "2026-01-01T00:01:00Z"),
+            member("c", true, true, "2026-01-01T00:02:00Z"),
+        ];
+        assert_eq!(decide(&three, 3, 1, true), Step::Remove("a".into()));
+        let joining = [
+            sick,
+            member("b", true, true, "2026-01-01T00:01:00Z"),
+            member("c", false, true, "2026-01-01T00:02:00Z"),
+        ];
+        assert!(matches!(decide(&joining, 3, 1, true), Step::Wait(_)));
     }
 
     #[test]

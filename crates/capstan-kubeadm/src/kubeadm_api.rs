@@ -104,6 +104,15 @@ const CAPI_ONLY: &[&str] = &[
     "caCertificateValidityPeriodDays",
 ];
 
+/// Fields kubeadm's v1beta4 added, which v1beta3's kubeadm refuses.
+const V1BETA4_ONLY: &[&str] = &[
+    "imagePullSerial",
+    "extraEnvs",
+    "encryptionAlgorithm",
+    "certificateValidityPeriod",
+    "caCertificateValidityPeriod",
+];
+
 /// Rewrites `value` for `api`: `extraArgs`/`kubeletExtraArgs` in the API's form, `ttlSeconds` as
 /// `ttl`, Cluster API-only fields removed.
 fn translate(value: &mut Value, api: KubeadmApi) {
@@ -111,6 +120,11 @@ fn translate(value: &mut Value, api: KubeadmApi) {
         Value::Object(map) => {
             for key in CAPI_ONLY {
                 map.remove(*key);
+            }
+            if api == KubeadmApi::V1Beta3 {
+                for key in V1BETA4_ONLY {
+                    map.remove(*key);
+                }
             }
             if let Some(ttl) = map.remove("ttlSeconds")
                 && let Some(seconds) = ttl.as_i64()
@@ -369,7 +383,7 @@ mod tests {
         let spec = json!({
             "clusterConfiguration": {"apiServer": {"extraArgs": [{"name": "audit-log-maxage", "value": "30"}]}},
             "initConfiguration": {
-                "nodeRegistration": {"kubeletExtraArgs": [{"name": "node-labels", "value": "a=b"}]},
+                "nodeRegistration": {"kubeletExtraArgs": [{"name": "node-labels", "value": "a=b"}], "imagePullSerial": true},
                 "bootstrapTokens": [{"token": "abcdef.0123456789abcdef", "ttlSeconds": 900}],
                 "timeouts": {"controlPlaneComponentHealthCheckSeconds": 300}
             },
@@ -385,9 +399,11 @@ mod tests {
         );
         assert_eq!(v3[1]["bootstrapTokens"][0]["ttl"], "900s");
         assert!(v3[1].get("timeouts").is_none());
+        assert!(v3[1]["nodeRegistration"].get("imagePullSerial").is_none());
 
         let v4 = init_documents(&spec, &facts(), KubeadmApi::V1Beta4);
         assert_eq!(v4[1]["kind"], "InitConfiguration");
+        assert_eq!(v4[1]["nodeRegistration"]["imagePullSerial"], true);
         assert_eq!(
             v4[1]["nodeRegistration"]["kubeletExtraArgs"],
             json!([{"name": "node-labels", "value": "a=b"}])

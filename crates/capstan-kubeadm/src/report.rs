@@ -24,7 +24,6 @@
 //! `BootstrapSucceeded` condition ([`summarize`]). The token is compared in constant time and never
 //! logged, stored in a report or shown in a condition.
 
-use crate::certs::CLUSTER_SECRET_TYPE;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, State};
@@ -339,7 +338,7 @@ async fn store(
     Ok(())
 }
 
-/// The report token Secret of `config` (type `cluster.x-k8s.io/secret`).
+/// The report token Secret of `config` (type [`crate::certs::CLUSTER_SECRET_TYPE`]).
 pub fn token_secret(
     config: &str,
     namespace: &str,
@@ -347,15 +346,13 @@ pub fn token_secret(
     owner: OwnerReference,
     token: &str,
 ) -> Secret {
-    let mut secret = crate::certs::cluster_secret(
+    crate::certs::cluster_secret(
         &report_object_name(config),
         namespace,
         cluster,
         Some(owner),
         BTreeMap::from([(TOKEN_KEY.to_owned(), token.as_bytes().to_vec())]),
-    );
-    secret.type_ = Some(CLUSTER_SECRET_TYPE.to_owned());
-    secret
+    )
 }
 
 #[cfg(test)]

@@ -513,7 +513,9 @@ async fn settled(env: &Env, kcp: &str, replicas: i64, version: &str) -> bool {
         && status["version"] == json!(version)
         && machines.len() as i64 == replicas
         && machines.iter().all(|m| {
-            m.metadata.deletion_timestamp.is_none() && m.data["spec"]["version"] == json!(version)
+            m.metadata.deletion_timestamp.is_none()
+                && m.data["spec"]["version"] == json!(version)
+                && m.data.pointer("/status/nodeRef").is_some()
         })
 }
 
@@ -761,22 +763,20 @@ async fn bootstrap_configs_init_once_and_refresh_tokens() {
     assert!(init_value.contains("setting=1"), "contentFrom resolved");
 
     // Restarts and repeated reconciles never make a second init.
-    for round in 0..2 {
+    // Each round clears the waiting config's conditions, so the condition seen afterwards was
+    // written by a reconcile after the restart.
+    for _round in 0..2 {
         env.stop_controllers().await;
+        env.patch_status(&configs_r(), other, json!({"status": {"conditions": []}}))
+            .await;
         env.start_controllers();
-        env.patch(
-            &configs_r(),
-            other,
-            json!({"metadata": {"annotations": {"test/touch": round.to_string()}}}),
-        )
-        .await;
         let deadline = tokio::time::Instant::now() + WAIT;
         loop {
             let config = configs.get(other).await.unwrap();
             let observed = config.data["status"]["conditions"]
                 .as_array()
                 .is_some_and(|c| c.iter().any(|c| c["reason"] == "WaitingForInitLock"));
-            if observed && env.controllers.is_some() {
+            if observed {
                 break;
             }
             assert!(tokio::time::Instant::now() < deadline);
@@ -942,9 +942,23 @@ async fn scale_one_three_one_keeps_etcd_in_step() {
         .await;
     env.converge("three Machines", || settled(&env, "c3-cp", 3, "v1.31.2"))
         .await;
+    // The Machine a scale-down removes first is the oldest (then by name); one of the others
+    // becomes unhealthy, so the two members left would not make a quorum.
+    let next_out = env
+        .kcp_machines("c3-cp")
+        .await
+        .into_iter()
+        .min_by_key(|m| {
+            (
+                m.metadata.creation_timestamp.clone().map(|t| t.0),
+                m.name_any(),
+            )
+        })
+        .unwrap()
+        .name_any();
     {
         let mut members = env.etcd.members.lock().unwrap();
-        for member in members.iter_mut().filter(|m| !m.leader).take(1) {
+        for member in members.iter_mut().filter(|m| m.name != next_out).take(1) {
             member.healthy = false;
         }
     }
@@ -1192,5 +1206,55 @@ async fn failing_bootstrap_step_is_reported_on_the_config() {
         .await
         .unwrap();
     assert!(!reports.data.unwrap().contains_key("step-003"));
+    env.stop_controllers().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn machine_handed_over_for_remediation_is_replaced() {
+    let mut env = Env::start().await;
+    env.start_controllers();
+    env.cluster("c6", Some("c6-cp")).await;
+    env.kcp("c6-cp", "c6", 3, "v1.31.2", 1).await;
+    env.converge("three Machines", || settled(&env, "c6-cp", 3, "v1.31.2"))
+        .await;
+    let before: BTreeSet<String> = env
+        .kcp_machines("c6-cp")
+        .await
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect();
+    let sick = before.iter().next_back().unwrap().clone();
+    // What a MachineHealthCheck writes on a KCP-owned Machine it finds unhealthy.
+    env.patch_status(
+        &machines_r(),
+        &sick,
+        json!({"status": {"conditions": [{"type": "OwnerRemediated", "status": "False", "reason": "WaitingForRemediation", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}),
+    )
+    .await;
+    env.converge("the replacement", || async {
+        let names: BTreeSet<String> = env
+            .kcp_machines("c6-cp")
+            .await
+            .iter()
+            .map(ResourceExt::name_any)
+            .collect();
+        !names.contains(&sick) && settled(&env, "c6-cp", 3, "v1.31.2").await
+    })
+    .await;
+    assert!(env.etcd.removed.lock().unwrap().contains(&sick));
+    assert!(!env.etcd.names().contains(&sick));
+    let after: BTreeSet<String> = env
+        .kcp_machines("c6-cp")
+        .await
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect();
+    assert_eq!(
+        env.etcd.names(),
+        after,
+        "removed {:?}",
+        env.etcd.removed.lock().unwrap()
+    );
+    assert_eq!(env.inits("c6").len(), 1);
     env.stop_controllers().await;
 }
