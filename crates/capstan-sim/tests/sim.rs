@@ -302,6 +302,13 @@ async fn init_and_join_register_nodes_and_a_missing_token_is_refused() {
         json!({"sim.capstan.io/fault": "never-join"}),
     )
     .await;
+    host(
+        &env,
+        "w3",
+        &join_data(TOKEN, "metal3://default/w3/w3-m3m"),
+        json!({"sim.capstan.io/fault": "bootstrap-fail"}),
+    )
+    .await;
 
     let key = ClusterKey::new(NS, "c1");
     let workload = poll("workload API", || {
@@ -479,6 +486,49 @@ async fn init_and_join_register_nodes_and_a_missing_token_is_refused() {
         .map(ResourceExt::name_any)
         .collect();
     assert_eq!(names.len(), 2, "{names:?}");
+
+    // A bootstrap step that fails: visible as an Event, no Node.
+    poll("BootstrapFailed", || {
+        let events = events.clone();
+        async move {
+            events
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some("BootstrapFailed")
+                        && e.involved_object.name.as_deref() == Some("w3")
+                })
+        }
+    })
+    .await;
+    assert!(nodes.get_opt("w3").await.unwrap().is_none());
+
+    // A node going NotReady, as when its kubelet stops.
+    hosts
+        .patch(
+            "w0",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                &json!({"metadata": {"annotations": {"sim.capstan.io/fault": "not-ready"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    poll("w0 NotReady", || {
+        let nodes = nodes.clone();
+        async move {
+            let node = nodes.get("w0").await.ok()?;
+            node.status?
+                .conditions?
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "Unknown")
+                .then_some(())
+        }
+    })
+    .await;
 }
 
 async fn cluster_ca_pem(env: &Env) -> String {
