@@ -74,13 +74,18 @@ pub enum RegistryError {
 }
 
 impl Registry {
-    /// The built-in kinds.
+    /// The built-in kinds. Parsed once per process and shared (the definitions are behind `Arc`s),
+    /// so many API servers in one process — the simulated workload clusters — cost little each.
     pub fn builtin() -> Result<Self, RegistryError> {
+        static BUILTIN: std::sync::OnceLock<Registry> = std::sync::OnceLock::new();
+        if let Some(registry) = BUILTIN.get() {
+            return Ok(registry.clone());
+        }
         let mut registry = Self::default();
         for crd in builtin_crds() {
             registry.insert(parse_builtin(&crd)?);
         }
-        Ok(registry)
+        Ok(BUILTIN.get_or_init(|| registry).clone())
     }
 
     /// Serves (or replaces) a kind.

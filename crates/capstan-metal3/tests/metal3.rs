@@ -538,3 +538,56 @@ async fn a_selector_matching_nothing_is_explained() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_claim_made_before_a_restart_is_found_again_not_repeated() {
+    let env = start().await;
+    create_hosts(&env, "k", 2, json!({"role": "worker"})).await;
+    // The machine cannot claim anything yet (its selector matches nothing)...
+    create_machine(&env, "again", json!({"matchLabels": {"role": "none"}})).await;
+    let machines: Api<Metal3Machine> = Api::namespaced(env.client.clone(), NS);
+    poll("NoAvailableHost", || {
+        let machines = machines.clone();
+        async move {
+            let machine = machines.get("again-m3m").await.ok()?;
+            machine
+                .status?
+                .conditions
+                .iter()
+                .any(|c| c.reason.as_deref() == Some("NoAvailableHost"))
+                .then_some(())
+        }
+    })
+    .await;
+    // ...then a previous run's claim of k1 (consumerRef written, annotation not yet) appears, and
+    // the selector widens to both hosts: the machine must take k1 back, not claim k0 as well.
+    let hosts: Api<BareMetalHost> = Api::namespaced(env.client.clone(), NS);
+    let machine = machines.get("again-m3m").await.unwrap();
+    let claim = json!({"spec": {"consumerRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "Metal3Machine",
+        "name": "again-m3m", "namespace": NS, "uid": machine.uid()}}});
+    hosts
+        .patch("k1", &PatchParams::default(), &Patch::Merge(&claim))
+        .await
+        .unwrap();
+    machines
+        .patch(
+            "again-m3m",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"hostSelector": {"matchLabels": {"role": "worker"}}}})),
+        )
+        .await
+        .unwrap();
+    let machine = poll("provisioned on k1", || {
+        let machines = machines.clone();
+        async move { machines.get("again-m3m").await.ok().filter(provisioned) }
+    })
+    .await;
+    assert_eq!(
+        machine.annotations()["metal3.io/BareMetalHost"],
+        format!("{NS}/k1")
+    );
+    assert!(
+        hosts.get("k0").await.unwrap().spec.consumer_ref.is_none(),
+        "k0 was claimed as well"
+    );
+}

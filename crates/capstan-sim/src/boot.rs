@@ -240,8 +240,9 @@ impl Reconciler for BootController {
             KubeadmAction::Init => {
                 let cluster = self.sim.start_cluster(&key).await?;
                 if cluster.node(&node_name).await?.is_none() {
-                    cluster.create_tokens(&bootstrap.init_tokens).await?;
+                    // The configuration before the tokens: a joining node reads the version.
                     cluster.write_kubeadm_config(&bootstrap).await?;
+                    cluster.create_tokens(&bootstrap.init_tokens).await?;
                 }
                 (cluster, true)
             }

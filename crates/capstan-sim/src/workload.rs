@@ -199,13 +199,31 @@ impl SimCluster {
         create_or_keep(&nodes, &node)
             .await
             .map_err(self.api_error("registering the Node"))?;
-        self.set_node_ready(
-            name,
-            true,
-            bootstrap.kubernetes_version.as_deref(),
-            addresses,
-        )
-        .await
+        // A joining kubelet runs the cluster's version, which kubeadm-config records.
+        let version = match &bootstrap.kubernetes_version {
+            Some(version) => Some(version.clone()),
+            None => self.cluster_version().await?,
+        };
+        self.set_node_ready(name, true, version.as_deref(), addresses)
+            .await
+    }
+
+    /// `kubernetesVersion` of the ClusterConfiguration in `kubeadm-config`.
+    pub async fn cluster_version(&self) -> Result<Option<String>, SimError> {
+        let map = Api::<ConfigMap>::namespaced(self.client.clone(), "kube-system")
+            .get_opt("kubeadm-config")
+            .await
+            .map_err(self.api_error("reading kubeadm-config"))?;
+        Ok(map
+            .and_then(|m| m.data)
+            .and_then(|d| d.get("ClusterConfiguration").cloned())
+            .and_then(|text| {
+                text.lines().find_map(|l| {
+                    l.trim()
+                        .strip_prefix("kubernetesVersion:")
+                        .map(|v| v.trim().trim_matches('"').to_owned())
+                })
+            }))
     }
 
     /// Writes the Node's Ready condition (and addresses) as its kubelet would.
@@ -238,7 +256,8 @@ impl SimCluster {
         }
         if let Some(version) = version {
             patch["status"]["nodeInfo"] = json!({"kubeletVersion": version, "kubeProxyVersion": version,
-                "operatingSystem": "linux", "architecture": "amd64", "containerRuntimeVersion": "containerd://simulated"});
+                "operatingSystem": "linux", "architecture": "amd64", "containerRuntimeVersion": "containerd://simulated",
+                "osImage": "simulated", "kernelVersion": "simulated", "machineID": name, "systemUUID": name, "bootID": name});
         }
         Api::<Node>::all(self.client.clone())
             .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
