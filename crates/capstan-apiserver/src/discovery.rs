@@ -83,6 +83,19 @@ pub fn resource_list(registry: &Registry, group: &str, version: &str) -> Option<
                 "verbs": ["get", "patch", "update"],
             }));
         }
+        for (name, kind, sub_group, sub_version, verbs) in
+            crate::builtin::subresources::listed(crd, v)
+        {
+            resources.push(json!({
+                "name": name,
+                "singularName": "",
+                "namespaced": namespaced,
+                "group": sub_group,
+                "version": sub_version,
+                "kind": kind,
+                "verbs": verbs,
+            }));
+        }
     }
     if resources.is_empty() {
         return None;

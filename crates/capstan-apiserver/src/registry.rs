@@ -287,20 +287,37 @@ fn synthesised_crd(info: &KindInfo) -> Value {
         Scope::Namespaced => "Namespaced",
         Scope::Cluster => "Cluster",
     };
-    let status = has_status_subresource(info);
+    let status = crate::builtin::has_status(info.group, info.kind)
+        .unwrap_or_else(|| has_status_subresource(info));
     let versions: Vec<Value> = info
         .versions
         .iter()
         .map(|v| {
+            let schema = crate::builtin::schemas::schema(info.group, info.kind)
+                .cloned()
+                .unwrap_or_else(
+                    || json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
+                );
+            let columns = crate::builtin::printer_columns(info.group, info.kind)
+                .unwrap_or_else(|| printer_columns(info.kind));
             let mut version = json!({
                 "name": v,
                 "served": true,
                 "storage": *v == info.storage_version,
-                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
-                "additionalPrinterColumns": printer_columns(info.kind),
+                "schema": {"openAPIV3Schema": schema},
+                "additionalPrinterColumns": columns,
             });
-            if status && let Some(obj) = version.as_object_mut() {
-                obj.insert("subresources".into(), json!({"status": {}}));
+            let mut subresources = serde_json::Map::new();
+            if status {
+                subresources.insert("status".into(), json!({}));
+            }
+            if let Some(scale) = crate::builtin::scale(info.group, info.kind) {
+                subresources.insert("scale".into(), scale);
+            }
+            if !subresources.is_empty()
+                && let Some(obj) = version.as_object_mut()
+            {
+                obj.insert("subresources".into(), Value::Object(subresources));
             }
             version
         })
@@ -316,7 +333,7 @@ fn synthesised_crd(info: &KindInfo) -> Value {
                 "kind": info.kind,
                 "listKind": format!("{}List", info.kind),
                 "plural": info.plural,
-                "singular": info.singular,
+                "singular": crate::builtin::singular(info),
                 "shortNames": info.short_names,
                 "categories": info.categories,
             },
@@ -365,11 +382,16 @@ const PLATFORM_KINDS: &[KindInfo] = &[
 
 /// The synthesised CRDs of every built-in kind (what `capstan crds` prints for the platform kinds).
 pub fn builtin_crds() -> Vec<Value> {
-    KINDS
-        .iter()
-        .chain(PLATFORM_KINDS)
-        .map(synthesised_crd)
-        .collect()
+    static CRDS: std::sync::OnceLock<Vec<Value>> = std::sync::OnceLock::new();
+    CRDS.get_or_init(|| {
+        KINDS
+            .iter()
+            .chain(PLATFORM_KINDS)
+            .chain(crate::builtin::KINDS)
+            .map(synthesised_crd)
+            .collect()
+    })
+    .clone()
 }
 
 #[cfg(test)]
