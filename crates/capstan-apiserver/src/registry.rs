@@ -77,8 +77,8 @@ impl Registry {
     /// The built-in kinds.
     pub fn builtin() -> Result<Self, RegistryError> {
         let mut registry = Self::default();
-        for crd in builtin_crds() {
-            registry.insert(parse_builtin(&crd)?);
+        for crd in served_crds() {
+            registry.insert(parse_builtin(crd)?);
         }
         Ok(registry)
     }
@@ -92,9 +92,9 @@ impl Registry {
     /// Stops serving a kind defined by a stored CRD, restoring the built-in definition if there is one.
     pub fn remove(&mut self, group: &str, plural: &str) {
         self.kinds.remove(&(group.to_owned(), plural.to_owned()));
-        if let Some(builtin) = builtin_crds()
-            .into_iter()
-            .filter_map(|v| parse_builtin(&v).ok())
+        if let Some(builtin) = served_crds()
+            .iter()
+            .filter_map(|v| parse_builtin(v).ok())
             .find(|c| c.group == group && c.plural == plural)
         {
             self.insert(builtin);
@@ -380,8 +380,19 @@ const PLATFORM_KINDS: &[KindInfo] = &[
     },
 ];
 
-/// The synthesised CRDs of every built-in kind (what `capstan crds` prints for the platform kinds).
+/// The synthesised CRDs of capstan's kinds and the platform kinds (what `capstan crds` prints for
+/// the platform kinds). Kubernetes' own workload-cluster kinds are served too (see [`served_crds`])
+/// but are never CRDs in a real cluster, so they are not here.
 pub fn builtin_crds() -> Vec<Value> {
+    KINDS
+        .iter()
+        .chain(PLATFORM_KINDS)
+        .map(|info| served_crd(info).clone())
+        .collect()
+}
+
+/// The definition of every built-in kind the API serves, built once (the upstream schemas are large).
+fn served_crds() -> &'static [Value] {
     static CRDS: std::sync::OnceLock<Vec<Value>> = std::sync::OnceLock::new();
     CRDS.get_or_init(|| {
         KINDS
@@ -391,7 +402,14 @@ pub fn builtin_crds() -> Vec<Value> {
             .map(synthesised_crd)
             .collect()
     })
-    .clone()
+}
+
+fn served_crd(info: &KindInfo) -> &'static Value {
+    static EMPTY: Value = Value::Null;
+    served_crds()
+        .iter()
+        .find(|c| c["spec"]["group"] == info.group && c["spec"]["names"]["kind"] == info.kind)
+        .unwrap_or(&EMPTY)
 }
 
 #[cfg(test)]
