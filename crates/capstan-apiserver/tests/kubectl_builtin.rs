@@ -659,3 +659,190 @@ fn selector_watches_see_objects_enter_and_leave_the_selection() {
     watch.kill().unwrap();
     let _ = watch.wait();
 }
+
+/// One battery step: a kubectl command and what its output must contain ("" when only success
+/// counts, `!` first when it must fail).
+struct Step {
+    args: &'static [&'static str],
+    stdin: Option<&'static str>,
+    expect: &'static str,
+}
+
+const fn step(args: &'static [&'static str], expect: &'static str) -> Step {
+    Step {
+        args,
+        stdin: None,
+        expect,
+    }
+}
+
+const BATTERY: &[Step] = &[
+    step(
+        &["create", "namespace", "battery"],
+        "namespace/battery created",
+    ),
+    step(
+        &[
+            "-n",
+            "battery",
+            "create",
+            "secret",
+            "generic",
+            "bmc",
+            "--from-literal=password=s3cret",
+        ],
+        "secret/bmc created",
+    ),
+    step(
+        &[
+            "-n",
+            "battery",
+            "get",
+            "secret",
+            "bmc",
+            "-o",
+            "jsonpath={.data.password}",
+        ],
+        "czNjcmV0",
+    ),
+    step(
+        &[
+            "-n",
+            "battery",
+            "create",
+            "configmap",
+            "cfg",
+            "--from-literal=a=b",
+        ],
+        "configmap/cfg created",
+    ),
+    step(
+        &["-n", "battery", "create", "serviceaccount", "robot"],
+        "serviceaccount/robot created",
+    ),
+    Step {
+        args: &["-n", "battery", "apply", "-f", "-"],
+        stdin: Some(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  selector:\n    matchLabels: {app: web}\n  template:\n    metadata:\n      labels: {app: web}\n    spec:\n      containers:\n      - {name: web, image: nginx:1.27}\n",
+        ),
+        expect: "deployment.apps/web created",
+    },
+    Step {
+        args: &["-n", "battery", "apply", "-f", "-"],
+        stdin: Some(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  selector:\n    matchLabels: {app: web}\n  template:\n    metadata:\n      labels: {app: web}\n    spec:\n      containers:\n      - {name: web, image: nginx:1.28}\n",
+        ),
+        expect: "deployment.apps/web configured",
+    },
+    step(
+        &[
+            "-n",
+            "battery",
+            "get",
+            "deploy",
+            "web",
+            "-o",
+            "jsonpath={.spec.template.spec.containers[0].image}",
+        ],
+        "nginx:1.28",
+    ),
+    step(
+        &["-n", "battery", "scale", "deploy", "web", "--replicas=4"],
+        "scaled",
+    ),
+    step(
+        &[
+            "-n",
+            "battery",
+            "get",
+            "deploy",
+            "web",
+            "-o",
+            "jsonpath={.spec.replicas}",
+        ],
+        "4",
+    ),
+    step(
+        &[
+            "-n",
+            "battery",
+            "patch",
+            "deploy",
+            "web",
+            "-p",
+            r#"{"metadata":{"finalizers":["example.com/x"]}}"#,
+        ],
+        "patched",
+    ),
+    step(
+        &[
+            "-n",
+            "battery",
+            "patch",
+            "deploy",
+            "web",
+            "--type=json",
+            "-p",
+            r#"[{"op":"remove","path":"/metadata/finalizers"}]"#,
+        ],
+        "patched",
+    ),
+    step(
+        &["-n", "battery", "label", "cm", "cfg", "tier=a"],
+        "labeled",
+    ),
+    step(
+        &["-n", "battery", "get", "cm", "-l", "tier=a", "-o", "name"],
+        "configmap/cfg",
+    ),
+    step(&["-n", "battery", "get", "cm", "--sort-by=.data.a"], "cfg"),
+    step(&["explain", "pods.spec.containers.image"], "image"),
+    step(&["api-resources", "--api-group=apps"], "deployments"),
+    step(
+        &["delete", "namespace", "battery", "--timeout=60s"],
+        "deleted",
+    ),
+    step(&["get", "ns", "battery"], "!NotFound"),
+];
+
+/// Runs the battery with kubectl at `binary`; returns (passed, failures).
+fn run_battery(binary: &Path) -> (usize, Vec<String>) {
+    let server = start();
+    let mut passed = 0;
+    let mut failures = Vec::new();
+    for s in BATTERY {
+        let out = kubectl_at(binary, &server, s.args, s.stdin);
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let good = match s.expect.strip_prefix('!') {
+            Some(wanted) => !out.status.success() && text.contains(wanted),
+            None => out.status.success() && text.contains(s.expect),
+        };
+        if good {
+            passed += 1;
+        } else {
+            failures.push(format!("kubectl {}: {text}", s.args.join(" ")));
+        }
+    }
+    (passed, failures)
+}
+
+#[test]
+fn battery_passes_with_kubectl_1_27_1_31_and_1_33() {
+    let mut report = Vec::new();
+    for version in ["1.27", "1.31", "1.33"] {
+        let binary = Path::new("/usr/lib/google-cloud-sdk/bin").join(format!("kubectl.{version}"));
+        assert!(binary.exists(), "{} is expected", binary.display());
+        let (passed, failures) = run_battery(&binary);
+        report.push(format!("kubectl {version}: {passed}/{}", BATTERY.len()));
+        assert!(
+            failures.is_empty(),
+            "kubectl {version}:\n{}",
+            failures.join("\n")
+        );
+    }
+    println!("{}", report.join("\n"));
+}
