@@ -7,6 +7,10 @@
 //! lists, `Status`, `DeleteOptions`), described by their field numbers in Kubernetes' `generated.proto`
 //! files; other kinds answer `415` to protobuf bodies and are served as JSON. Unknown fields in a
 //! decoded message are skipped, as protobuf readers do.
+//!
+//! Why a small table-driven codec rather than generated types: `k8s-pb` has prost types but no
+//! JSON mapping or descriptors to drive one, and `k8s-rs-pb` 0.5's reflection deadlocks while
+//! initialising the `core/v1` descriptors (every file lists itself as its dependency).
 
 use base64::Engine;
 use serde_json::{Map, Value, json};
