@@ -83,26 +83,17 @@ pub fn resource_list(registry: &Registry, group: &str, version: &str) -> Option<
                 "verbs": ["get", "patch", "update"],
             }));
         }
-        if v.subresources.scale.is_some() {
+        for (name, kind, sub_group, sub_version, verbs) in
+            crate::builtin::subresources::listed(crd, v)
+        {
             resources.push(json!({
-                "name": format!("{}/scale", crd.plural),
+                "name": name,
                 "singularName": "",
                 "namespaced": namespaced,
-                "group": "autoscaling",
-                "version": "v1",
-                "kind": "Scale",
-                "verbs": ["get", "patch", "update"],
-            }));
-        }
-        if crd.group.is_empty() && crd.kind == "Pod" {
-            resources.push(json!({
-                "name": "pods/eviction",
-                "singularName": "",
-                "namespaced": true,
-                "group": "policy",
-                "version": "v1",
-                "kind": "Eviction",
-                "verbs": ["create"],
+                "group": sub_group,
+                "version": sub_version,
+                "kind": kind,
+                "verbs": verbs,
             }));
         }
     }

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 /// How many times a read-modify-write retries on a conflict it caused itself (patches, unconditional
 /// updates) before answering 409.
-const MAX_WRITE_ATTEMPTS: usize = 8;
+pub(crate) const MAX_WRITE_ATTEMPTS: usize = 8;
 
 /// One resource request, resolved.
 pub(crate) struct Request {
@@ -49,7 +49,7 @@ impl Request {
         }
     }
 
-    fn key(&self, name: &str) -> ObjectKey {
+    pub(crate) fn key(&self, name: &str) -> ObjectKey {
         ObjectKey::new(
             self.storage_resource(),
             self.path.namespace.clone().unwrap_or_default(),
@@ -57,7 +57,7 @@ impl Request {
         )
     }
 
-    fn not_found(&self, name: &str) -> ApiError {
+    pub(crate) fn not_found(&self, name: &str) -> ApiError {
         ApiError::NotFound {
             group: self.group().to_owned(),
             resource: self.path.plural.clone(),
@@ -77,7 +77,7 @@ impl Request {
     }
 
     /// Converts a stored object to the requested version.
-    fn to_requested(&self, state: &ApiState, stored: Value) -> Result<Value, ApiError> {
+    pub(crate) fn to_requested(&self, state: &ApiState, stored: Value) -> Result<Value, ApiError> {
         if self.kind() == "Event" {
             return Ok(if self.group() == "events.k8s.io" {
                 conversion::event_from_core(stored)
@@ -119,11 +119,11 @@ impl Request {
     }
 }
 
-fn stored_value(stored: &StoredObject) -> Result<Value, ApiError> {
+pub(crate) fn stored_value(stored: &StoredObject) -> Result<Value, ApiError> {
     stored.value().map_err(ApiError::from)
 }
 
-fn json_response(code: StatusCode, value: &Value, warnings: &[String]) -> Response {
+pub(crate) fn json_response(code: StatusCode, value: &Value, warnings: &[String]) -> Response {
     let mut response = (code, axum::Json(value)).into_response();
     for warning in warnings {
         let text = format!("299 - \"{}\"", warning.replace('"', "'"));
@@ -135,7 +135,7 @@ fn json_response(code: StatusCode, value: &Value, warnings: &[String]) -> Respon
 }
 
 /// Parses a request body: JSON, or YAML for `application/yaml` and server-side apply.
-fn parse_body(headers: &HeaderMap, body: &Bytes) -> Result<Value, ApiError> {
+pub(crate) fn parse_body(headers: &HeaderMap, body: &Bytes) -> Result<Value, ApiError> {
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -195,6 +195,7 @@ fn admit(
     if request.group().is_empty() {
         default_core(request.kind(), object);
     }
+    crate::builtin::defaults::apply(request.group(), request.kind(), object);
     let Some(schema) = request.served.version().and_then(|v| v.schema.as_ref()) else {
         return Ok(());
     };
@@ -284,23 +285,12 @@ pub(crate) async fn handle(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let has_name = request.path.name.is_some();
+    crate::params::validate(&request.query)?;
     let subresource = request.path.subresource.clone();
-    if subresource.as_deref() == Some("eviction")
-        && method == Method::POST
-        && has_name
-        && request.kind() == "Pod"
-        && request.group().is_empty()
+    if let Some(response) =
+        crate::builtin::subresources::handle(&state, &method, &request, &body).await
     {
-        return evict(&state, &request).await;
-    }
-    if subresource.as_deref() == Some("scale")
-        && has_name
-        && let Some(paths) = request
-            .served
-            .version()
-            .and_then(|v| v.subresources.scale.clone())
-    {
-        return scale(state, method, request, body, &paths).await;
+        return response;
     }
     if let Some(sub) = subresource.as_deref()
         && !(sub == "status" && request.served.has_status())
@@ -351,8 +341,8 @@ async fn get(state: Arc<ApiState>, request: Request) -> Result<Response, ApiErro
             .unwrap_or_default();
         return Ok(json_response(
             StatusCode::OK,
-            &table::table(
-                &[object],
+            &request.table(
+                std::slice::from_ref(&object),
                 &columns,
                 &stored.resource_version.to_string(),
                 None,
@@ -527,6 +517,23 @@ async fn stream_list(
 }
 
 impl Request {
+    /// A Table of `objects`, with each row's object as `includeObject` asks (`kubectl get
+    /// --sort-by` and custom columns need the whole object).
+    fn table(
+        &self,
+        objects: &[Value],
+        columns: &[table::PrinterColumn],
+        resource_version: &str,
+        continue_token: Option<&str>,
+    ) -> Value {
+        let built = table::table(objects, columns, resource_version, continue_token);
+        table::include_objects(
+            built,
+            objects,
+            self.query.get("includeObject").map(String::as_str),
+        )
+    }
+
     /// Whether stored objects can be returned as they are (same version, no reshaping).
     fn passthrough(&self) -> bool {
         self.served.version == self.served.storage_version()
@@ -591,7 +598,7 @@ async fn list(state: Arc<ApiState>, request: Request) -> Result<Response, ApiErr
             .unwrap_or_default();
         return Ok(json_response(
             StatusCode::OK,
-            &table::table(
+            &request.table(
                 &items,
                 &columns,
                 &list_rv.to_string(),
@@ -636,6 +643,9 @@ async fn watch_collection(state: Arc<ApiState>, request: Request) -> Result<Resp
         .get("resourceVersion")
         .and_then(|v| v.parse::<u64>().ok())
         .filter(|v| *v > 0);
+    // With a selector, objects enter and leave the selection: the watch tracks which ones are in
+    // it, so a change that moves one in is ADDED and one that moves it out is DELETED.
+    let selective = !labels.is_empty() || !fields.is_empty() || name_filter.is_some();
     let matches = move |v: &Value| {
         labels.matches(&labels_of(v))
             && fields.matches(v)
@@ -651,6 +661,26 @@ async fn watch_collection(state: Arc<ApiState>, request: Request) -> Result<Resp
             .map(|v| v.additional_printer_columns.clone())
             .unwrap_or_default()
     });
+    let mut members = std::collections::HashSet::new();
+    if selective && requested_rv.is_some() {
+        // Resuming: the selection is taken as it is now (no older state is kept).
+        let filter = matches.clone();
+        let page = state
+            .store
+            .list(
+                request.storage_resource(),
+                request.path.namespace.clone(),
+                None,
+                None,
+                Some(Box::new(move |v: &Value| filter(v))),
+            )
+            .await?;
+        members.extend(
+            page.items
+                .iter()
+                .map(|i| (i.key.namespace.clone(), i.key.name.clone())),
+        );
+    }
     // Without a resourceVersion, a watch starts with the current state as ADDED events.
     let (initial, from) = match requested_rv {
         Some(rv) => (Vec::new(), rv),
@@ -668,11 +698,19 @@ async fn watch_collection(state: Arc<ApiState>, request: Request) -> Result<Resp
                 .await?;
             let mut lines = Vec::with_capacity(page.items.len());
             for item in &page.items {
+                if selective {
+                    members.insert((item.key.namespace.clone(), item.key.name.clone()));
+                }
                 let object = request.to_requested(&state, stored_value(item)?)?;
                 lines.push(match &table_columns {
                     Some(columns) => watch_line(
                         "ADDED",
-                        &table::table(&[object], columns, &item.resource_version.to_string(), None),
+                        &request.table(
+                            &[object],
+                            columns,
+                            &item.resource_version.to_string(),
+                            None,
+                        ),
                     ),
                     None => watch_line("ADDED", &object),
                 });
@@ -729,20 +767,38 @@ async fn watch_collection(state: Arc<ApiState>, request: Request) -> Result<Resp
                     let Ok(value) = serde_json::from_str::<Value>(&event.json) else {
                         continue;
                     };
-                    if !matches(&value) {
+                    let now = matches(&value);
+                    let event_type = if selective {
+                        let id = (event.key.namespace.clone(), event.key.name.clone());
+                        let was = members.contains(&id);
+                        match (event.event_type.as_str(), was, now) {
+                            ("DELETED", false, _) | (_, false, false) => continue,
+                            ("DELETED", true, _) | (_, true, false) => {
+                                members.remove(&id);
+                                "DELETED"
+                            }
+                            (_, true, true) => "MODIFIED",
+                            (_, false, true) => {
+                                members.insert(id);
+                                "ADDED"
+                            }
+                        }
+                    } else if now {
+                        event.event_type.as_str()
+                    } else {
                         continue;
-                    }
+                    };
                     match request.to_requested(&state, value) {
                         Ok(object) if table_columns.is_some() => watch_line(
-                            event.event_type.as_str(),
-                            &table::table(
+                            event_type,
+                            &request.table(
                                 &[object],
                                 table_columns.as_deref().unwrap_or_default(),
                                 &event.resource_version.to_string(),
                                 None,
                             ),
                         ),
-                        Ok(object) => watch_line(event.event_type.as_str(), &object),
+                        Ok(object) => watch_line(event_type, &object),
                         Err(err) => watch_line("ERROR", &err.to_status()),
                     }
                 }
@@ -827,7 +883,26 @@ async fn create(state: Arc<ApiState>, request: Request, body: Bytes) -> Result<R
     Ok(json_response(code, &object, &warnings))
 }
 
+/// Creates an object; a name made from `generateName` that is taken is drawn again.
 async fn create_object(
+    state: &ApiState,
+    request: &Request,
+    object: Value,
+) -> Result<(StatusCode, Value, Vec<String>), ApiError> {
+    let generated = object["metadata"]["name"]
+        .as_str()
+        .is_none_or(str::is_empty);
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        match create_once(state, request, object.clone()).await {
+            Err(ApiError::AlreadyExists { .. }) if generated && attempts < MAX_WRITE_ATTEMPTS => {}
+            other => return other,
+        }
+    }
+}
+
+async fn create_once(
     state: &ApiState,
     request: &Request,
     mut object: Value,
@@ -844,6 +919,7 @@ async fn create_object(
     {
         obj.remove("status");
     }
+    crate::builtin::defaults::on_create(request.group(), request.kind(), &mut object);
     let crd = if is_crd(request) {
         Some(admit_crd(&mut object)?)
     } else {
@@ -883,7 +959,7 @@ fn precondition_rv(object: &Value) -> Result<Option<u64>, ApiError> {
 
 /// Writes `new` (requested version) over the stored object read as `current`, with the lifecycle
 /// rules; returns the object as stored (requested version).
-async fn write_over(
+pub(crate) async fn write_over(
     state: &ApiState,
     request: &Request,
     current: &StoredObject,
@@ -891,6 +967,17 @@ async fn write_over(
     warnings: &mut Vec<String>,
 ) -> Result<Value, ApiError> {
     let name = current.key.name.clone();
+    if request.served.namespaced()
+        && let Some(given) = new["metadata"]["namespace"]
+            .as_str()
+            .filter(|n| !n.is_empty())
+        && Some(given) != request.path.namespace.as_deref()
+    {
+        return Err(ApiError::BadRequest(format!(
+            "the namespace of the object ({given}) does not match the namespace on the URL ({}); an object's namespace cannot change",
+            request.path.namespace.as_deref().unwrap_or_default()
+        )));
+    }
     if new["metadata"]["name"].as_str().is_some_and(|n| n != name) {
         return Err(ApiError::BadRequest(format!(
             "the name of the object ({}) does not match the name on the URL ({name})",
@@ -979,6 +1066,7 @@ async fn update(state: Arc<ApiState>, request: Request, body: Bytes) -> Result<R
 /// The patch kinds of the `Content-Type` header.
 enum PatchKind {
     Merge,
+    Strategic,
     Json,
     Apply,
 }
@@ -989,18 +1077,42 @@ fn patch_kind(headers: &HeaderMap) -> Result<PatchKind, ApiError> {
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
     match content_type.split(';').next().unwrap_or_default().trim() {
-        // Strategic merge differs from JSON merge only for lists with merge keys, which none of the
-        // custom kinds declare; for the core kinds served here (Secret, ConfigMap, Namespace) the two
-        // agree on everything kubectl sends.
-        "application/merge-patch+json" | "application/strategic-merge-patch+json" => {
-            Ok(PatchKind::Merge)
-        }
+        "application/merge-patch+json" => Ok(PatchKind::Merge),
+        "application/strategic-merge-patch+json" => Ok(PatchKind::Strategic),
         "application/json-patch+json" => Ok(PatchKind::Json),
         "application/apply-patch+yaml" | "application/apply-patch+json" => Ok(PatchKind::Apply),
         other => Err(ApiError::UnsupportedMediaType(format!(
             "application/merge-patch+json, application/strategic-merge-patch+json, application/json-patch+json, application/apply-patch+yaml (got {other:?})"
         ))),
     }
+}
+
+/// `target` with the request's patch body applied (merge or JSON patch), for subresources that
+/// patch a view of an object rather than the object.
+pub(crate) fn patched(request: &Request, target: &Value, body: &Bytes) -> Result<Value, ApiError> {
+    let document: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::BadRequest(format!("the patch is not valid JSON: {e}")))?;
+    let mut out = target.clone();
+    match patch_kind(&request.headers)? {
+        PatchKind::Json => {
+            let ops: json_patch::Patch = serde_json::from_value(document)
+                .map_err(|e| ApiError::BadRequest(format!("the JSON patch is not valid: {e}")))?;
+            json_patch::patch(&mut out, &ops)
+                .map_err(|e| ApiError::BadRequest(format!("the JSON patch failed: {e}")))?;
+        }
+        PatchKind::Merge | PatchKind::Apply => json_patch::merge(&mut out, &document),
+        PatchKind::Strategic => {
+            out = crate::strategic::apply(&out, &document)
+                .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        }
+    }
+    Ok(out)
+}
+
+/// Whether strategic merge applies: Kubernetes' own kinds (typed, with merge keys) and CRDs; custom
+/// resources get `415`, as from kube-apiserver, so clients fall back to a JSON merge patch.
+fn strategic_patchable(request: &Request) -> bool {
+    crate::builtin::is_typed(request.group(), request.kind()) || is_crd(request)
 }
 
 /// Kubernetes treats a JSON patch `test` of `null` against a missing path as passing (kube-runtime's
@@ -1042,6 +1154,11 @@ fn json_patch_precondition(patch: &Value) -> Result<Option<u64>, ApiError> {
 
 async fn patch(state: Arc<ApiState>, request: Request, body: Bytes) -> Result<Response, ApiError> {
     let kind = patch_kind(&request.headers)?;
+    if matches!(kind, PatchKind::Strategic) && !strategic_patchable(&request) {
+        return Err(ApiError::UnsupportedMediaType(
+            "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (strategic merge patch is for Kubernetes' own kinds)".into(),
+        ));
+    }
     let name = request.path.name.clone().unwrap_or_default();
     let patch_doc: Value = match kind {
         PatchKind::Apply => parse_body(
@@ -1075,6 +1192,17 @@ async fn patch(state: Arc<ApiState>, request: Request, body: Bytes) -> Result<Re
         let mut patched = request.to_requested(&state, stored_value(&current)?)?;
         match &kind {
             PatchKind::Merge | PatchKind::Apply => json_patch::merge(&mut patched, &patch_doc),
+            PatchKind::Strategic => {
+                patched = crate::strategic::apply(&patched, &patch_doc).map_err(|e| {
+                    ApiError::Invalid {
+                        group: request.group().to_owned(),
+                        kind: request.kind().to_owned(),
+                        name: name.clone(),
+                        summary: e.to_string(),
+                        causes: Vec::new(),
+                    }
+                })?;
+            }
             PatchKind::Json => {
                 let ops: json_patch::Patch = serde_json::from_value(tolerate_null_tests(
                     &patched, &patch_doc,
@@ -1093,7 +1221,9 @@ async fn patch(state: Arc<ApiState>, request: Request, body: Bytes) -> Result<Re
         // document inherits from the stored object is not.
         let precondition = match kind {
             PatchKind::Json => json_patch_precondition(&patch_doc)?,
-            PatchKind::Merge | PatchKind::Apply => precondition_rv(&patch_doc)?,
+            PatchKind::Merge | PatchKind::Apply | PatchKind::Strategic => {
+                precondition_rv(&patch_doc)?
+            }
         };
         if let Some(expected) = precondition
             && expected != current.resource_version
@@ -1136,7 +1266,7 @@ fn after_delete(
 }
 
 /// Deletes (or, with finalizers, marks for deletion) one stored object. `options` is a DeleteOptions.
-async fn delete_one(
+pub(crate) async fn delete_one(
     state: &ApiState,
     request: &Request,
     current: StoredObject,
@@ -1204,180 +1334,6 @@ async fn delete_one(
     request.to_requested(state, stored_value(&stored)?)
 }
 
-/// `POST pods/NAME/eviction` (policy/v1 Eviction): deletes the Pod unless a PodDisruptionBudget
-/// selecting it allows no disruption now (`status.disruptionsAllowed`, which the budget's controller
-/// keeps; here whoever plays that controller writes it), then answers 429 as Kubernetes does. An
-/// allowed eviction uses up one disruption of each matching budget.
-async fn evict(state: &ApiState, request: &Request) -> Result<Response, ApiError> {
-    let name = request.path.name.clone().unwrap_or_default();
-    let namespace = request.path.namespace.clone().unwrap_or_default();
-    let pod = state
-        .store
-        .get(request.key(&name))
-        .await?
-        .ok_or_else(|| request.not_found(&name))?;
-    let labels = crate::selectors::labels_of(&stored_value(&pod)?);
-    let budgets = state
-        .store
-        .list(
-            PDB_STORAGE.to_owned(),
-            Some(namespace.clone()),
-            None,
-            None,
-            None,
-        )
-        .await?;
-    for budget in budgets.items {
-        let value = stored_value(&budget)?;
-        let selector: capstan_model::meta::LabelSelector =
-            serde_json::from_value(value["spec"]["selector"].clone()).unwrap_or_default();
-        // A budget without a selector selects nothing (policy/v1).
-        if value["spec"]["selector"].is_null()
-            || !capstan_model::meta::selector_matches(&selector, &labels)
-        {
-            continue;
-        }
-        let allowed = value["status"]["disruptionsAllowed"].as_i64().unwrap_or(0);
-        if allowed <= 0 {
-            return Err(ApiError::TooManyRequests(format!(
-                "Cannot evict pod as it would violate the pod's disruption budget: PodDisruptionBudget {namespace}/{} allows no disruption now",
-                budget.key.name
-            )));
-        }
-        let mut spent = value.clone();
-        spent["status"]["disruptionsAllowed"] = json!(allowed - 1);
-        state
-            .store
-            .update(budget.key.clone(), spent, Some(budget.resource_version))
-            .await?;
-    }
-    delete_one(state, request, pod, &json!({})).await?;
-    Ok(json_response(
-        StatusCode::CREATED,
-        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
-        &[],
-    ))
-}
-
-/// The value at a CRD JSONPath of the simple `.a.b` form the `scale` subresource uses.
-fn at_path<'a>(object: &'a Value, path: &str) -> &'a Value {
-    path.trim_start_matches('.')
-        .split('.')
-        .fold(object, |v, member| v.get(member).unwrap_or(&Value::Null))
-}
-
-/// The `autoscaling/v1` Scale of `object` by the CRD's `scale` paths.
-fn scale_of(object: &Value, paths: &capstan_schema::ScaleSubresource) -> Value {
-    let metadata = &object["metadata"];
-    let mut status =
-        json!({"replicas": at_path(object, &paths.status_replicas_path).as_i64().unwrap_or(0)});
-    if let Some(selector) = paths
-        .label_selector_path
-        .as_deref()
-        .map(|p| at_path(object, p))
-        .and_then(Value::as_str)
-    {
-        status["selector"] = json!(selector);
-    }
-    json!({
-        "apiVersion": "autoscaling/v1",
-        "kind": "Scale",
-        "metadata": {
-            "name": metadata["name"],
-            "namespace": metadata["namespace"],
-            "uid": metadata["uid"],
-            "resourceVersion": metadata["resourceVersion"],
-            "creationTimestamp": metadata["creationTimestamp"],
-        },
-        "spec": {"replicas": at_path(object, &paths.spec_replicas_path).as_i64().unwrap_or(0)},
-        "status": status,
-    })
-}
-
-/// `GET|PUT|PATCH …/NAME/scale` of a kind whose CRD declares the `scale` subresource (what
-/// `kubectl scale` uses): reads or writes only the replicas at `specReplicasPath`.
-async fn scale(
-    state: Arc<ApiState>,
-    method: Method,
-    request: Request,
-    body: Bytes,
-    paths: &capstan_schema::ScaleSubresource,
-) -> Result<Response, ApiError> {
-    let name = request.path.name.clone().unwrap_or_default();
-    let mut warnings = Vec::new();
-    for _ in 0..MAX_WRITE_ATTEMPTS {
-        let current = state
-            .store
-            .get(request.key(&name))
-            .await?
-            .ok_or_else(|| request.not_found(&name))?;
-        let object = request.to_requested(&state, stored_value(&current)?)?;
-        let mut scale_object = scale_of(&object, paths);
-        match method {
-            Method::GET => return Ok(json_response(StatusCode::OK, &scale_object, &[])),
-            Method::PUT => scale_object = parse_body(&request.headers, &body)?,
-            Method::PATCH => {
-                let patch: Value = serde_json::from_slice(&body).map_err(|e| {
-                    ApiError::BadRequest(format!("the patch is not valid JSON: {e}"))
-                })?;
-                match patch_kind(&request.headers)? {
-                    PatchKind::Json => {
-                        let operations: json_patch::Patch = serde_json::from_value(patch)
-                            .map_err(|e| ApiError::BadRequest(format!("not a JSON patch: {e}")))?;
-                        json_patch::patch(&mut scale_object, &operations)
-                            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
-                    }
-                    PatchKind::Merge | PatchKind::Apply => {
-                        json_patch::merge(&mut scale_object, &patch)
-                    }
-                }
-            }
-            _ => return Err(ApiError::MethodNotAllowed),
-        }
-        let replicas = scale_object["spec"]["replicas"]
-            .as_i64()
-            .filter(|r| *r >= 0)
-            .ok_or_else(|| {
-                ApiError::BadRequest(
-                    "spec.replicas of a Scale must be a non-negative integer".into(),
-                )
-            })?;
-        let mut new = object.clone();
-        let mut target = &mut new;
-        let members: Vec<&str> = paths
-            .spec_replicas_path
-            .trim_start_matches('.')
-            .split('.')
-            .collect();
-        for member in &members[..members.len().saturating_sub(1)] {
-            target = &mut target[*member];
-        }
-        if let Some(last) = members.last() {
-            target[*last] = json!(replicas);
-        }
-        match write_over(&state, &request, &current, new, &mut warnings).await {
-            Err(ApiError::Conflict { .. }) => continue,
-            Err(err) => return Err(err),
-            Ok(written) => {
-                return Ok(json_response(
-                    StatusCode::OK,
-                    &scale_of(&written, paths),
-                    &warnings,
-                ));
-            }
-        }
-    }
-    Err(ApiError::Conflict {
-        group: request.group().to_owned(),
-        resource: request.path.plural.clone(),
-        name,
-        message: "too many concurrent writers; try again".into(),
-    })
-}
-
-/// Where PodDisruptionBudgets are stored.
-const PDB_STORAGE: &str = "policy/poddisruptionbudgets";
-
 fn delete_options(body: &Bytes, query: &HashMap<String, String>) -> Result<Value, ApiError> {
     let mut options = if body.is_empty() {
         json!({})
@@ -1388,6 +1344,7 @@ fn delete_options(body: &Bytes, query: &HashMap<String, String>) -> Result<Value
     if let (Some(policy), Some(obj)) = (query.get("propagationPolicy"), options.as_object_mut()) {
         obj.insert("propagationPolicy".into(), Value::String(policy.clone()));
     }
+    crate::params::validate_delete_options(&options)?;
     Ok(options)
 }
 

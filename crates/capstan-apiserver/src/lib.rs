@@ -8,9 +8,14 @@
 //! OpenAPI v3. It listens on HTTPS only, authenticates with a bearer token or a client certificate
 //! signed by its CA, and exposes `/healthz`, `/readyz`, `/livez` and `/metrics`.
 //!
-//! Not served: aggregated discovery, protobuf, server-side apply field ownership (apply patches merge),
+//! Kubernetes' own kinds (Nodes, Pods, Services, workloads, RBAC, PodDisruptionBudgets …) are served
+//! with their upstream schemas, defaults, `scale`/`eviction`/`binding` subresources, strategic merge
+//! patch and the protobuf wire format; deleting a Namespace deletes its contents.
+//!
+//! Not served: aggregated discovery, server-side apply field ownership (apply patches merge), RBAC
 //! and admission webhooks.
 
+pub mod builtin;
 pub mod client;
 pub mod conversion;
 mod discovery;
@@ -18,12 +23,16 @@ mod handlers;
 pub mod lifecycle;
 pub mod metrics;
 pub mod openapi;
+pub mod params;
+pub mod protobuf;
 pub mod registry;
 pub mod selectors;
 pub mod status;
+pub mod strategic;
 pub mod table;
 pub mod target;
 pub mod tls;
+mod wire;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -152,15 +161,15 @@ impl ApiServer {
                 }
             }
         }
-        Ok(Self {
-            state: Arc::new(ApiState {
-                store,
-                registry: RwLock::new(registry),
-                converter,
-                metrics: Arc::new(Metrics::default()),
-                auth,
-            }),
-        })
+        let state = Arc::new(ApiState {
+            store,
+            registry: RwLock::new(registry),
+            converter,
+            metrics: Arc::new(Metrics::default()),
+            auth,
+        });
+        builtin::namespaces::spawn(Arc::downgrade(&state));
+        Ok(Self { state })
     }
 
     /// Installs (or replaces) a CustomResourceDefinition, as `kubectl apply` of it would: the kind
@@ -329,6 +338,11 @@ async fn authenticate(
                 .tokens
                 .iter()
                 .any(|t| constant_time_eq(t.as_bytes(), token.trim().as_bytes()))
+                || state
+                    .auth
+                    .tokens
+                    .first()
+                    .is_some_and(|key| builtin::tokens::verify(key, token.trim()).is_some())
         });
     if by_certificate || by_token {
         next.run(request).await
@@ -389,6 +403,13 @@ async fn api(
             };
             drop(registry);
             let verb = verb(&method, &path, &query);
+            let api_version = served.api_version();
+            let typed = builtin::is_typed(&served.crd.group, &served.crd.kind);
+            let (headers, body) = match wire::request_to_json(typed, headers, body) {
+                Ok(decoded) => decoded,
+                Err(err) => return err.into_response(),
+            };
+            let wants_protobuf = typed && verb != "watch" && wire::prefers_protobuf(&headers);
             let resource = path.plural.clone();
             let request = handlers::Request {
                 served,
@@ -396,9 +417,12 @@ async fn api(
                 query,
                 headers,
             };
-            let response = handlers::handle(state.clone(), method, request, body)
+            let mut response = handlers::handle(state.clone(), method, request, body)
                 .await
                 .unwrap_or_else(IntoResponse::into_response);
+            if wants_protobuf {
+                response = wire::response_to_protobuf(response, &api_version).await;
+            }
             state
                 .metrics
                 .requests

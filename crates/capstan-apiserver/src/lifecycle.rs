@@ -250,16 +250,18 @@ pub fn prepare_update(
     Ok(old_cmp != *new)
 }
 
-/// The object's finalizers.
+/// The object's finalizers (for a Namespace also its `spec.finalizers`, which hold its deletion too).
 pub fn finalizers(object: &Value) -> Vec<String> {
-    object["metadata"]["finalizers"]
+    let mut list: Vec<String> = object["metadata"]["finalizers"]
         .as_array()
         .map(|a| {
             a.iter()
                 .filter_map(|v| v.as_str().map(str::to_owned))
                 .collect()
         })
-        .unwrap_or_default()
+        .unwrap_or_default();
+    list.extend(crate::builtin::namespaces::spec_finalizers(object));
+    list
 }
 
 /// Whether the object is marked for deletion.

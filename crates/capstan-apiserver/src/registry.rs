@@ -82,8 +82,8 @@ impl Registry {
             return Ok(registry.clone());
         }
         let mut registry = Self::default();
-        for crd in builtin_crds() {
-            registry.insert(parse_builtin(&crd)?);
+        for crd in served_crds() {
+            registry.insert(parse_builtin(crd)?);
         }
         Ok(BUILTIN.get_or_init(|| registry).clone())
     }
@@ -97,9 +97,9 @@ impl Registry {
     /// Stops serving a kind defined by a stored CRD, restoring the built-in definition if there is one.
     pub fn remove(&mut self, group: &str, plural: &str) {
         self.kinds.remove(&(group.to_owned(), plural.to_owned()));
-        if let Some(builtin) = builtin_crds()
-            .into_iter()
-            .filter_map(|v| parse_builtin(&v).ok())
+        if let Some(builtin) = served_crds()
+            .iter()
+            .filter_map(|v| parse_builtin(v).ok())
             .find(|c| c.group == group && c.plural == plural)
         {
             self.insert(builtin);
@@ -292,32 +292,37 @@ fn synthesised_crd(info: &KindInfo) -> Value {
         Scope::Namespaced => "Namespaced",
         Scope::Cluster => "Cluster",
     };
-    let status = has_status_subresource(info);
+    let status = crate::builtin::has_status(info.group, info.kind)
+        .unwrap_or_else(|| has_status_subresource(info));
     let versions: Vec<Value> = info
         .versions
         .iter()
         .map(|v| {
+            let schema = crate::builtin::schemas::schema(info.group, info.kind)
+                .cloned()
+                .unwrap_or_else(
+                    || json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
+                );
+            let columns = crate::builtin::printer_columns(info.group, info.kind)
+                .unwrap_or_else(|| printer_columns(info.kind));
             let mut version = json!({
                 "name": v,
                 "served": true,
                 "storage": *v == info.storage_version,
-                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
-                "additionalPrinterColumns": printer_columns(info.kind),
+                "schema": {"openAPIV3Schema": schema},
+                "additionalPrinterColumns": columns,
             });
-            if status && let Some(obj) = version.as_object_mut() {
-                let mut subresources = json!({"status": {}});
-                // `kubectl scale md|ms|kcp`.
-                if matches!(
-                    info.kind,
-                    "MachineDeployment" | "MachineSet" | "KubeadmControlPlane"
-                ) {
-                    subresources["scale"] = json!({
-                        "specReplicasPath": ".spec.replicas",
-                        "statusReplicasPath": ".status.replicas",
-                        "labelSelectorPath": ".status.selector",
-                    });
-                }
-                obj.insert("subresources".into(), subresources);
+            let mut subresources = serde_json::Map::new();
+            if status {
+                subresources.insert("status".into(), json!({}));
+            }
+            if let Some(scale) = crate::builtin::scale(info.group, info.kind) {
+                subresources.insert("scale".into(), scale);
+            }
+            if !subresources.is_empty()
+                && let Some(obj) = version.as_object_mut()
+            {
+                obj.insert("subresources".into(), Value::Object(subresources));
             }
             version
         })
@@ -333,7 +338,7 @@ fn synthesised_crd(info: &KindInfo) -> Value {
                 "kind": info.kind,
                 "listKind": format!("{}List", info.kind),
                 "plural": info.plural,
-                "singular": info.singular,
+                "singular": crate::builtin::singular(info),
                 "shortNames": info.short_names,
                 "categories": info.categories,
             },
@@ -380,13 +385,36 @@ const PLATFORM_KINDS: &[KindInfo] = &[
     },
 ];
 
-/// The synthesised CRDs of every built-in kind (what `capstan crds` prints for the platform kinds).
+/// The synthesised CRDs of capstan's kinds and the platform kinds (what `capstan crds` prints for
+/// the platform kinds). Kubernetes' own workload-cluster kinds are served too (see [`served_crds`])
+/// but are never CRDs in a real cluster, so they are not here.
 pub fn builtin_crds() -> Vec<Value> {
     KINDS
         .iter()
         .chain(PLATFORM_KINDS)
-        .map(synthesised_crd)
+        .map(|info| served_crd(info).clone())
         .collect()
+}
+
+/// The definition of every built-in kind the API serves, built once (the upstream schemas are large).
+fn served_crds() -> &'static [Value] {
+    static CRDS: std::sync::OnceLock<Vec<Value>> = std::sync::OnceLock::new();
+    CRDS.get_or_init(|| {
+        KINDS
+            .iter()
+            .chain(PLATFORM_KINDS)
+            .chain(crate::builtin::KINDS)
+            .map(synthesised_crd)
+            .collect()
+    })
+}
+
+fn served_crd(info: &KindInfo) -> &'static Value {
+    static EMPTY: Value = Value::Null;
+    served_crds()
+        .iter()
+        .find(|c| c["spec"]["group"] == info.group && c["spec"]["names"]["kind"] == info.kind)
+        .unwrap_or(&EMPTY)
 }
 
 #[cfg(test)]

@@ -134,6 +134,28 @@ pub fn table(
     json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": metadata, "columnDefinitions": definitions, "rows": rows})
 }
 
+/// Sets each row's `object` as `includeObject` asks: `Object` the whole object, `None` nothing,
+/// `Metadata` (the default) the object's metadata.
+pub fn include_objects(mut table: Value, objects: &[Value], include: Option<&str>) -> Value {
+    if let Some(rows) = table["rows"].as_array_mut() {
+        for (row, object) in rows.iter_mut().zip(objects) {
+            let Some(row) = row.as_object_mut() else {
+                continue;
+            };
+            match include {
+                Some("Object") => {
+                    row.insert("object".into(), object.clone());
+                }
+                Some("None") => {
+                    row.remove("object");
+                }
+                _ => {}
+            }
+        }
+    }
+    table
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,5 +195,9 @@ mod tests {
         assert_eq!(t["rows"][0]["cells"][1], "Provisioned");
         assert!(t["rows"][0]["cells"][2].as_str().unwrap().ends_with('d'));
         assert_eq!(t["columnDefinitions"].as_array().unwrap().len(), 3);
+        let whole = include_objects(t.clone(), &objects, Some("Object"));
+        assert_eq!(whole["rows"][0]["object"]["status"]["phase"], "Provisioned");
+        let none = include_objects(t, &objects, Some("None"));
+        assert!(none["rows"][0].get("object").is_none());
     }
 }
