@@ -123,6 +123,28 @@ fn stored_value(stored: &StoredObject) -> Result<Value, ApiError> {
     stored.value().map_err(ApiError::from)
 }
 
+/// The answer to a write that has committed: the object in the requested version. The write is
+/// never reported as failed from here on; should the answer not be producible, the object is
+/// answered as stored and the failure logged (by key, never the body).
+fn committed(state: &ApiState, request: &Request, stored: &StoredObject) -> Value {
+    let converted = stored_value(stored).and_then(|v| request.to_requested(state, v));
+    match converted {
+        Ok(object) => object,
+        Err(err) => {
+            tracing::error!(
+                resource = %stored.key.resource,
+                namespace = %stored.key.namespace,
+                name = %stored.key.name,
+                error = %err,
+                "a committed object could not be converted for the answer"
+            );
+            serde_json::from_str(&stored.json).unwrap_or_else(|_| {
+                json!({"metadata": {"name": stored.key.name, "resourceVersion": stored.resource_version.to_string()}})
+            })
+        }
+    }
+}
+
 fn json_response(code: StatusCode, value: &Value, warnings: &[String]) -> Response {
     let mut response = (code, axum::Json(value)).into_response();
     for warning in warnings {
@@ -806,6 +828,7 @@ async fn ensure_namespace(state: &ApiState, request: &Request) -> Result<(), Api
 
 async fn create(state: Arc<ApiState>, request: Request, body: Bytes) -> Result<Response, ApiError> {
     let object = parse_body(&request.headers, &body)?;
+    crate::limits::check_depth(request.kind(), &object)?;
     let (code, object, warnings) = create_object(&state, &request, object).await?;
     Ok(json_response(code, &object, &warnings))
 }
@@ -834,6 +857,7 @@ async fn create_object(
     };
     ensure_namespace(state, request).await?;
     let storage_form = request.to_storage(state, object)?;
+    crate::limits::check_object(request.group(), request.kind(), &storage_form)?;
     if request.dry_run() {
         return Ok((
             StatusCode::CREATED,
@@ -847,7 +871,7 @@ async fn create_object(
     }
     Ok((
         StatusCode::CREATED,
-        request.to_requested(state, stored_value(&stored)?)?,
+        committed(state, request, &stored),
         warnings,
     ))
 }
@@ -896,6 +920,7 @@ async fn write_over(
     };
     let mut new_storage = request.to_storage(state, new)?;
     let changed = lifecycle::prepare_update(&old, &mut new_storage, scope, request.kind())?;
+    crate::limits::check_object(request.group(), request.kind(), &new_storage)?;
     if !changed {
         return request.to_requested(state, old);
     }
@@ -908,7 +933,7 @@ async fn write_over(
             .delete(current.key.clone(), Some(current.resource_version))
             .await?;
         after_delete(state, request, &deleted)?;
-        return request.to_requested(state, stored_value(&deleted)?);
+        return Ok(committed(state, request, &deleted));
     }
     let stored = state
         .store
@@ -921,11 +946,12 @@ async fn write_over(
     if let Some(crd) = crd {
         state.registry_write().insert(crd);
     }
-    request.to_requested(state, stored_value(&stored)?)
+    Ok(committed(state, request, &stored))
 }
 
 async fn update(state: Arc<ApiState>, request: Request, body: Bytes) -> Result<Response, ApiError> {
     let new = parse_body(&request.headers, &body)?;
+    crate::limits::check_depth(request.kind(), &new)?;
     let name = request.path.name.clone().unwrap_or_default();
     let precondition = precondition_rv(&new)?;
     let mut warnings = Vec::new();
@@ -1041,6 +1067,7 @@ async fn patch(state: Arc<ApiState>, request: Request, body: Bytes) -> Result<Re
         _ => serde_json::from_slice(&body)
             .map_err(|e| ApiError::BadRequest(format!("the patch is not valid JSON: {e}")))?,
     };
+    crate::limits::check_depth(request.kind(), &patch_doc)?;
     let mut warnings = Vec::new();
     for _ in 0..MAX_WRITE_ATTEMPTS {
         let Some(current) = state.store.get(request.key(&name)).await? else {
@@ -1063,12 +1090,14 @@ async fn patch(state: Arc<ApiState>, request: Request, body: Bytes) -> Result<Re
                     &patched, &patch_doc,
                 ))
                 .map_err(|e| ApiError::BadRequest(format!("the JSON patch is not valid: {e}")))?;
-                json_patch::patch(&mut patched, &ops).map_err(|e| ApiError::Invalid {
-                    group: request.group().to_owned(),
-                    kind: request.kind().to_owned(),
-                    name: name.clone(),
-                    summary: e.to_string(),
-                    causes: Vec::new(),
+                crate::patching::apply_json_patch(&mut patched, &ops).map_err(|e| {
+                    ApiError::Invalid {
+                        group: request.group().to_owned(),
+                        kind: request.kind().to_owned(),
+                        name: name.clone(),
+                        summary: e.to_string(),
+                        causes: Vec::new(),
+                    }
                 })?;
             }
         }
@@ -1172,7 +1201,7 @@ async fn delete_one(
             .delete(current.key.clone(), Some(current.resource_version))
             .await?;
         after_delete(state, request, &deleted)?;
-        return request.to_requested(state, stored_value(&deleted)?);
+        return Ok(committed(state, request, &deleted));
     }
     if lifecycle::is_being_deleted(&object)
         && lifecycle::finalizers(&stored_value(&current)?) == lifecycle::finalizers(&object)
@@ -1184,7 +1213,7 @@ async fn delete_one(
         .store
         .update(current.key.clone(), object, Some(current.resource_version))
         .await?;
-    request.to_requested(state, stored_value(&stored)?)
+    Ok(committed(state, request, &stored))
 }
 
 fn delete_options(body: &Bytes, query: &HashMap<String, String>) -> Result<Value, ApiError> {
@@ -1204,11 +1233,18 @@ async fn delete(state: Arc<ApiState>, request: Request, body: Bytes) -> Result<R
     let options = delete_options(&body, &request.query)?;
     let name = request.path.name.clone().unwrap_or_default();
     for _ in 0..MAX_WRITE_ATTEMPTS {
-        let current = state
-            .store
-            .get(request.key(&name))
-            .await?
-            .ok_or_else(|| request.not_found(&name))?;
+        let current = match state.store.get(request.key(&name)).await {
+            // A row that cannot be decoded has no finalizers anyone could read: it is removed.
+            Err(capstan_store::StoreError::Undecodable(key)) => {
+                state.store.remove_undecodable(key).await?;
+                return Ok(json_response(
+                    StatusCode::OK,
+                    &crate::status::success_status(),
+                    &[],
+                ));
+            }
+            found => found?.ok_or_else(|| request.not_found(&name))?,
+        };
         match delete_one(&state, &request, current, &options).await {
             // A conflict with our own read is retried; one with the caller's preconditions is theirs.
             Err(ApiError::Conflict { .. }) if options["preconditions"].is_null() => {

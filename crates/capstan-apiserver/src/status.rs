@@ -59,6 +59,8 @@ pub enum ApiError {
     UnsupportedMediaType(String),
     #[error("{0}")]
     Internal(String),
+    #[error("Request entity too large: {0}")]
+    TooLarge(String),
 }
 
 impl ApiError {
@@ -74,6 +76,7 @@ impl ApiError {
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
             Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
         }
     }
 
@@ -90,6 +93,7 @@ impl ApiError {
             Self::Unauthorized => "Unauthorized",
             Self::UnsupportedMediaType(_) => "UnsupportedMediaType",
             Self::Internal(_) => "InternalError",
+            Self::TooLarge(_) => "RequestEntityTooLarge",
         }
     }
 
@@ -170,6 +174,27 @@ impl From<capstan_store::StoreError> for ApiError {
                 message: "the object has been modified; please apply your changes to the latest version and try again".into(),
             },
             E::Gone { requested, .. } => Self::Gone(requested.to_string()),
+            E::TooDeep { key, depth, limit } => {
+                let message =
+                    format!("the object is nested {depth} levels deep; the limit is {limit}");
+                Self::Invalid {
+                    group: group_of_resource(&key.resource),
+                    kind: plural_of_resource(&key.resource),
+                    name: key.name,
+                    summary: message.clone(),
+                    causes: vec![Cause {
+                        reason: "FieldValueInvalid".into(),
+                        message,
+                        field: String::new(),
+                    }],
+                }
+            }
+            E::TooLarge { bytes, limit, .. } => Self::TooLarge(format!(
+                "the object would be {bytes} bytes; the limit is {limit}"
+            )),
+            E::Decodable(key) => Self::BadRequest(format!(
+                "the stored row of {key} decodes; delete it through the API"
+            )),
             other => Self::Internal(other.to_string()),
         }
     }

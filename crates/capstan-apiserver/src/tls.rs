@@ -65,19 +65,30 @@ fn read(path: &Path) -> Result<String, TlsError> {
     })
 }
 
-/// Creates a directory readable by its owner only.
+/// Creates a directory readable by its owner only (0700, from the start). An existing directory
+/// keeps its mode: if other users may read it, that is reported, never changed silently.
 pub fn create_private_dir(path: &Path) -> Result<(), TlsError> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::create_dir_all(path).map_err(|source| TlsError::Io {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    let io = |source| TlsError::Io {
         path: path.to_path_buf(),
         source,
-    })?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700)).map_err(|source| {
-        TlsError::Io {
-            path: path.to_path_buf(),
-            source,
+    };
+    if path.is_dir() {
+        let mode = std::fs::metadata(path).map_err(io)?.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            tracing::warn!(
+                path = %path.display(),
+                mode = format!("{mode:o}"),
+                "this directory holds keys and Secrets but other users may open it; `chmod 700` it"
+            );
         }
-    })
+        return Ok(());
+    }
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)
+        .map_err(io)
 }
 
 impl Credentials {

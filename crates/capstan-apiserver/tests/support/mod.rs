@@ -2,6 +2,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
 
+pub mod raw;
+
 use capstan_apiserver::conversion::ModelConverter;
 use capstan_apiserver::tls::Credentials;
 use capstan_apiserver::{ApiServer, Auth};
