@@ -95,10 +95,7 @@ pub enum WorkloadError {
 /// Hands out clients for workload clusters.
 pub trait WorkloadAccess: Send + Sync + 'static {
     /// A client for the workload API of `cluster`, connected and answering.
-    fn client<'a>(
-        &'a self,
-        cluster: &'a ClusterKey,
-    ) -> BoxFuture<'a, Result<Client, WorkloadError>>;
+    fn client<'a>(&'a self, cluster: &'a ClusterKey) -> BoxFuture<'a, Result<Client, WorkloadError>>;
 
     /// Drops what is cached for `cluster` (it was deleted, or a caller saw its client fail).
     fn forget(&self, cluster: &ClusterKey);
@@ -226,10 +223,7 @@ impl KubeconfigAccess {
 }
 
 impl WorkloadAccess for KubeconfigAccess {
-    fn client<'a>(
-        &'a self,
-        cluster: &'a ClusterKey,
-    ) -> BoxFuture<'a, Result<Client, WorkloadError>> {
+    fn client<'a>(&'a self, cluster: &'a ClusterKey) -> BoxFuture<'a, Result<Client, WorkloadError>> {
         Box::pin(async move {
             let result = self.connect(cluster).await;
             if result.is_err() {
@@ -262,8 +256,7 @@ pub async fn probe(cluster: &ClusterKey, client: &Client) -> Result<(), Workload
 /// with the kubeconfig without quoting it (it holds credentials).
 pub async fn client_from_kubeconfig_bytes(bytes: &[u8]) -> Result<Client, String> {
     let text = std::str::from_utf8(bytes).map_err(|_| "it is not UTF-8 text".to_owned())?;
-    let kubeconfig =
-        Kubeconfig::from_yaml(text).map_err(|e| format!("it is not a kubeconfig ({e})"))?;
+    let kubeconfig = Kubeconfig::from_yaml(text).map_err(|e| format!("it is not a kubeconfig ({e})"))?;
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
         .map_err(|e| format!("its current context is not usable ({e})"))?;
