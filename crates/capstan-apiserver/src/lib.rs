@@ -11,6 +11,7 @@
 //! Not served: aggregated discovery, protobuf, server-side apply field ownership (apply patches merge),
 //! and admission webhooks.
 
+pub mod conn;
 pub mod conversion;
 mod discovery;
 mod handlers;
