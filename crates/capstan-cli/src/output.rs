@@ -75,10 +75,19 @@ impl Style {
     }
 }
 
+/// The directive that keeps response bodies logged by kube's client out of the logs.
+pub const KUBE_CLIENT_BODIES: &str = "kube_client::client=error";
+
 /// Logs go to stderr, filtered by `CAPSTAN_LOG` (default `warn`), never coloured when `NO_COLOR` is set.
 pub fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("CAPSTAN_LOG")
+    let mut filter = tracing_subscriber::EnvFilter::try_from_env("CAPSTAN_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    // kube's client logs the whole text of a response it cannot decode (at warn) and of every
+    // Status answer (at trace): a Secret's data among them. Its errors still reach the callers,
+    // which name the object; at any CAPSTAN_LOG, that module logs errors only.
+    if let Ok(quiet) = KUBE_CLIENT_BODIES.parse() {
+        filter = filter.add_directive(quiet);
+    }
     let ansi = std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
         && std::io::stderr().is_terminal();
     let _ = tracing_subscriber::fmt()
