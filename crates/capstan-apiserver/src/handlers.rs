@@ -450,8 +450,16 @@ fn raw_list_response(
 /// Rows read from the store per step of a streamed list.
 const STREAM_PAGE: usize = 500;
 
+/// How each stored object of a streamed list is written: as stored, converted, or as a Table row.
+#[derive(Clone)]
+enum ItemForm {
+    Stored,
+    Converted,
+    TableRow(Vec<table::PrinterColumn>),
+}
+
 /// A whole-collection list, streamed: the body is written page by page from the store, so a list of
-/// 100,000 objects never sits in memory at once. Only for lists that need no conversion.
+/// 400,000 objects never sits in memory at once (a Table too: its rows are written page by page).
 async fn stream_list(
     state: Arc<ApiState>,
     request: Request,
@@ -470,12 +478,36 @@ async fn stream_list(
             selector_filter(labels.clone(), fields.clone()),
         )
         .await?;
-    let head = format!(
-        "{{\"apiVersion\":{},\"kind\":{},\"metadata\":{{\"resourceVersion\":\"{}\"}},\"items\":[",
-        Value::String(request.served.api_version()),
-        Value::String(request.served.crd.list_kind.clone()),
-        first.resource_version
-    );
+    let form = if request.wants_table() {
+        ItemForm::TableRow(
+            request
+                .served
+                .version()
+                .map(|v| v.additional_printer_columns.clone())
+                .unwrap_or_default(),
+        )
+    } else if request.passthrough() {
+        ItemForm::Stored
+    } else {
+        ItemForm::Converted
+    };
+    let head = match &form {
+        ItemForm::TableRow(columns) => {
+            // The empty Table's text ends with `"rows":[]}`: rows are written between.
+            let empty =
+                table::table(&[], columns, &first.resource_version.to_string(), None).to_string();
+            empty
+                .strip_suffix("]}")
+                .map(str::to_owned)
+                .ok_or_else(|| ApiError::Internal("the Table does not end with its rows".into()))?
+        }
+        _ => format!(
+            "{{\"apiVersion\":{},\"kind\":{},\"metadata\":{{\"resourceVersion\":\"{}\"}},\"items\":[",
+            Value::String(request.served.api_version()),
+            Value::String(request.served.crd.list_kind.clone()),
+            first.resource_version
+        ),
+    };
     let (sender, receiver) =
         tokio::sync::mpsc::channel::<Result<Bytes, std::convert::Infallible>>(4);
     tokio::spawn(async move {
@@ -484,10 +516,26 @@ async fn stream_list(
         let mut written = 0usize;
         loop {
             for item in &page.items {
+                let text = match &form {
+                    ItemForm::Stored => Ok(item.json.to_string()),
+                    ItemForm::Converted => stored_value(item)
+                        .and_then(|v| request.to_requested(&state, v))
+                        .map(|v| v.to_string()),
+                    ItemForm::TableRow(columns) => stored_value(item)
+                        .and_then(|v| request.to_requested(&state, v))
+                        .map(|v| table::table(&[v], columns, "", None)["rows"][0].to_string()),
+                };
+                let text = match text {
+                    Ok(text) => text,
+                    Err(err) => {
+                        tracing::warn!(resource = %item.key.resource, namespace = %item.key.namespace, name = %item.key.name, error = %err, "list stream failed");
+                        return;
+                    }
+                };
                 if written > 0 {
                     chunk.push(',');
                 }
-                chunk.push_str(&item.json);
+                chunk.push_str(&text);
                 written += 1;
             }
             let Some(after) = page.continue_after.take() else {
@@ -546,11 +594,7 @@ async fn list(state: Arc<ApiState>, request: Request) -> Result<Response, ApiErr
         .get("limit")
         .and_then(|l| l.parse::<usize>().ok())
         .filter(|l| *l > 0);
-    if limit.is_none()
-        && request.passthrough()
-        && !request.wants_table()
-        && request.query.get("continue").is_none_or(String::is_empty)
-    {
+    if limit.is_none() && request.query.get("continue").is_none_or(String::is_empty) {
         return stream_list(state, request, labels, fields).await;
     }
     let (first_rv, after) = match request.query.get("continue").filter(|c| !c.is_empty()) {
@@ -656,9 +700,10 @@ async fn watch_collection(state: Arc<ApiState>, request: Request) -> Result<Resp
             .map(|v| v.additional_printer_columns.clone())
             .unwrap_or_default()
     });
-    // Without a resourceVersion, a watch starts with the current state as ADDED events.
-    let (initial, from) = match requested_rv {
-        Some(rv) => (Vec::new(), rv),
+    // Without a resourceVersion, a watch starts with the current state as ADDED events, read and
+    // sent a page at a time (the first page fixes the version the watch follows from).
+    let (first_page, from) = match requested_rv {
+        Some(rv) => (None, rv),
         None => {
             let filter = matches.clone();
             let page = state
@@ -667,22 +712,12 @@ async fn watch_collection(state: Arc<ApiState>, request: Request) -> Result<Resp
                     request.storage_resource(),
                     request.path.namespace.clone(),
                     None,
-                    None,
+                    Some(STREAM_PAGE),
                     Some(Box::new(move |v: &Value| filter(v))),
                 )
                 .await?;
-            let mut lines = Vec::with_capacity(page.items.len());
-            for item in &page.items {
-                let object = request.to_requested(&state, stored_value(item)?)?;
-                lines.push(match &table_columns {
-                    Some(columns) => watch_line(
-                        "ADDED",
-                        &table::table(&[object], columns, &item.resource_version.to_string(), None),
-                    ),
-                    None => watch_line("ADDED", &object),
-                });
-            }
-            (lines, page.resource_version)
+            let rv = page.resource_version;
+            (Some(page), rv)
         }
     };
     let (sender, receiver) =
@@ -695,11 +730,53 @@ async fn watch_collection(state: Arc<ApiState>, request: Request) -> Result<Resp
     );
     let api_version = request.served.api_version();
     let kind = request.kind().to_owned();
+    let initial_matches = matches.clone();
     tokio::spawn(async move {
-        for line in initial {
-            if sender.send(Ok(line)).await.is_err() {
-                return;
+        let mut next_page = first_page;
+        while let Some(mut page) = next_page.take() {
+            for item in &page.items {
+                let line = match stored_value(item).and_then(|v| request.to_requested(&state, v)) {
+                    Ok(object) => match &table_columns {
+                        Some(columns) => watch_line(
+                            "ADDED",
+                            &table::table(
+                                &[object],
+                                columns,
+                                &item.resource_version.to_string(),
+                                None,
+                            ),
+                        ),
+                        None => watch_line("ADDED", &object),
+                    },
+                    Err(err) => watch_line("ERROR", &err.to_status()),
+                };
+                if sender.send(Ok(line)).await.is_err() {
+                    return;
+                }
             }
+            let Some(after) = page.continue_after.take() else {
+                break;
+            };
+            let filter = initial_matches.clone();
+            next_page = match state
+                .store
+                .list(
+                    request.storage_resource(),
+                    request.path.namespace.clone(),
+                    Some(after),
+                    Some(STREAM_PAGE),
+                    Some(Box::new(move |v: &Value| filter(v))),
+                )
+                .await
+            {
+                Ok(next) => Some(next),
+                Err(err) => {
+                    let _ = sender
+                        .send(Ok(watch_line("ERROR", &ApiError::from(err).to_status())))
+                        .await;
+                    return;
+                }
+            };
         }
         let mut stream = match stream {
             Ok(stream) => stream,

@@ -239,3 +239,35 @@ fn name(common_name: &str) -> DistinguishedName {
     dn.push(DnType::CommonName, common_name);
     dn
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn mode(path: &Path) -> u32 {
+        std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn a_new_directory_is_owner_only_and_an_existing_one_keeps_its_mode() {
+        let root = tempfile::tempdir().unwrap();
+        let fresh = root.path().join("a/b");
+        create_private_dir(&fresh).unwrap();
+        assert_eq!(mode(&fresh), 0o700);
+        let shared = root.path().join("shared");
+        std::fs::create_dir(&shared).unwrap();
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o755)).unwrap();
+        create_private_dir(&shared).unwrap();
+        assert_eq!(
+            mode(&shared),
+            0o755,
+            "an existing directory is never re-moded silently"
+        );
+        let creds = Credentials::load_or_create(&shared.join("pki"), &[]).unwrap();
+        assert!(!creds.admin_token.is_empty());
+        assert_eq!(mode(&shared.join("pki")), 0o700);
+        assert_eq!(mode(&shared.join("pki/ca.key")), 0o600);
+    }
+}

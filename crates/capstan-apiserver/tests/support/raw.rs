@@ -83,7 +83,7 @@ pub fn request(
     (code, body)
 }
 
-fn dechunk(body: &str) -> String {
+pub fn dechunk(body: &str) -> String {
     let mut out = String::new();
     let mut rest = body;
     while let Some((size, after)) = rest.split_once("\r\n") {
