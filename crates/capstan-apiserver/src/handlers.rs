@@ -165,9 +165,12 @@ fn parse_body(headers: &HeaderMap, body: &Bytes) -> Result<Value, ApiError> {
     let text = std::str::from_utf8(body)
         .map_err(|_| ApiError::BadRequest("the request body is not UTF-8".into()))?;
     if content_type.contains("yaml") {
-        let mut docs = capstan_manifest::parse_documents("request body", text).map_err(|e| {
-            ApiError::BadRequest(format!("the request body is not valid YAML: {e}"))
-        })?;
+        let mut docs = capstan_manifest::parse_documents_bounded(
+            "request body",
+            text,
+            crate::limits::MAX_YAML_NODES,
+        )
+        .map_err(|e| ApiError::BadRequest(format!("the request body is not valid YAML: {e}")))?;
         if docs.len() != 1 {
             return Err(ApiError::BadRequest(
                 "the request body must hold exactly one object".into(),

@@ -18,6 +18,10 @@ use serde_json::{Map, Value};
 /// Largest request body accepted.
 pub const MAX_REQUEST_BYTES: usize = 3 * 1024 * 1024;
 
+/// Most nodes a YAML request body may expand to, aliases included: an alias bomb is refused after
+/// a few tens of MiB of work instead of hundreds (a 3 MiB body of real objects stays far below).
+pub const MAX_YAML_NODES: usize = 250_000;
+
 /// Largest total size of an object's annotations (keys and values), as in Kubernetes.
 const MAX_ANNOTATIONS_BYTES: usize = 256 * 1024;
 

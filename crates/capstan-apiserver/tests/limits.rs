@@ -287,3 +287,27 @@ fn the_server_starts_over_an_undecodable_row_and_removes_it_on_request() {
         assert!(!text(found).await.contains("things.x.io"));
     });
 }
+
+/// A YAML alias bomb (a few hundred bytes expanding to millions of nodes) is refused once the
+/// expansion passes the bound for request bodies, well before it costs hundreds of MiB.
+#[test]
+fn a_yaml_alias_bomb_is_refused() {
+    let server = start();
+    let mut yaml = String::from(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: bomb\nextra:\n  l0: &l0 [x, x, x, x, x, x, x, x, x, x]\n",
+    );
+    for level in 1..7 {
+        let prev = format!("*l{}", level - 1);
+        yaml.push_str(&format!(
+            "  l{level}: &l{level} [{}]\n",
+            vec![prev.as_str(); 10].join(", ")
+        ));
+    }
+    let (code, body) = request(&server, "POST", CM, "application/yaml", yaml.as_bytes());
+    assert_eq!(code, 400, "{body}");
+    assert!(
+        body.contains("250000"),
+        "the answer names the limit: {body}"
+    );
+    assert_kind_usable(&server);
+}

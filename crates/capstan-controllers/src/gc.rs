@@ -254,12 +254,15 @@ enum OwnerState {
     Absent,
 }
 
+/// An owner reference resolved: uid, namespace (none for cluster-scoped), name.
+type OwnerKey = (String, Option<String>, String);
+
 struct Sweep<'a> {
     client: &'a Client,
     kinds: &'a Kinds,
     nodes: HashMap<String, Node>,
     /// Owners read by name during this sweep, by (uid, namespace, name): each is read once.
-    read_owners: std::sync::Mutex<HashMap<(String, Option<String>, String), OwnerState>>,
+    read_owners: std::sync::Mutex<HashMap<OwnerKey, OwnerState>>,
     failed: usize,
 }
 
