@@ -123,6 +123,28 @@ pub(crate) fn stored_value(stored: &StoredObject) -> Result<Value, ApiError> {
     stored.value().map_err(ApiError::from)
 }
 
+/// The answer to a write that has committed: the object in the requested version. The write is
+/// never reported as failed from here on; should the answer not be producible, the object is
+/// answered as stored and the failure logged (by key, never the body).
+fn committed(state: &ApiState, request: &Request, stored: &StoredObject) -> Value {
+    let converted = stored_value(stored).and_then(|v| request.to_requested(state, v));
+    match converted {
+        Ok(object) => object,
+        Err(err) => {
+            tracing::error!(
+                resource = %stored.key.resource,
+                namespace = %stored.key.namespace,
+                name = %stored.key.name,
+                error = %err,
+                "a committed object could not be converted for the answer"
+            );
+            serde_json::from_str(&stored.json).unwrap_or_else(|_| {
+                json!({"metadata": {"name": stored.key.name, "resourceVersion": stored.resource_version.to_string()}})
+            })
+        }
+    }
+}
+
 pub(crate) fn json_response(code: StatusCode, value: &Value, warnings: &[String]) -> Response {
     let mut response = (code, axum::Json(value)).into_response();
     for warning in warnings {
@@ -143,9 +165,12 @@ pub(crate) fn parse_body(headers: &HeaderMap, body: &Bytes) -> Result<Value, Api
     let text = std::str::from_utf8(body)
         .map_err(|_| ApiError::BadRequest("the request body is not UTF-8".into()))?;
     if content_type.contains("yaml") {
-        let mut docs = capstan_manifest::parse_documents("request body", text).map_err(|e| {
-            ApiError::BadRequest(format!("the request body is not valid YAML: {e}"))
-        })?;
+        let mut docs = capstan_manifest::parse_documents_bounded(
+            "request body",
+            text,
+            crate::limits::MAX_YAML_NODES,
+        )
+        .map_err(|e| ApiError::BadRequest(format!("the request body is not valid YAML: {e}")))?;
         if docs.len() != 1 {
             return Err(ApiError::BadRequest(
                 "the request body must hold exactly one object".into(),
@@ -435,8 +460,16 @@ fn raw_list_response(
 /// Rows read from the store per step of a streamed list.
 const STREAM_PAGE: usize = 500;
 
+/// How each stored object of a streamed list is written: as stored, converted, or as a Table row.
+#[derive(Clone)]
+enum ItemForm {
+    Stored,
+    Converted,
+    TableRow(Vec<table::PrinterColumn>),
+}
+
 /// A whole-collection list, streamed: the body is written page by page from the store, so a list of
-/// 100,000 objects never sits in memory at once. Only for lists that need no conversion.
+/// 400,000 objects never sits in memory at once (a Table too: its rows are written page by page).
 async fn stream_list(
     state: Arc<ApiState>,
     request: Request,
@@ -455,12 +488,36 @@ async fn stream_list(
             selector_filter(labels.clone(), fields.clone()),
         )
         .await?;
-    let head = format!(
-        "{{\"apiVersion\":{},\"kind\":{},\"metadata\":{{\"resourceVersion\":\"{}\"}},\"items\":[",
-        Value::String(request.served.api_version()),
-        Value::String(request.served.crd.list_kind.clone()),
-        first.resource_version
-    );
+    let form = if request.wants_table() {
+        ItemForm::TableRow(
+            request
+                .served
+                .version()
+                .map(|v| v.additional_printer_columns.clone())
+                .unwrap_or_default(),
+        )
+    } else if request.passthrough() {
+        ItemForm::Stored
+    } else {
+        ItemForm::Converted
+    };
+    let head = match &form {
+        ItemForm::TableRow(columns) => {
+            // The empty Table's text ends with `"rows":[]}`: rows are written between.
+            let empty =
+                table::table(&[], columns, &first.resource_version.to_string(), None).to_string();
+            empty
+                .strip_suffix("]}")
+                .map(str::to_owned)
+                .ok_or_else(|| ApiError::Internal("the Table does not end with its rows".into()))?
+        }
+        _ => format!(
+            "{{\"apiVersion\":{},\"kind\":{},\"metadata\":{{\"resourceVersion\":\"{}\"}},\"items\":[",
+            Value::String(request.served.api_version()),
+            Value::String(request.served.crd.list_kind.clone()),
+            first.resource_version
+        ),
+    };
     let (sender, receiver) =
         tokio::sync::mpsc::channel::<Result<Bytes, std::convert::Infallible>>(4);
     tokio::spawn(async move {
@@ -469,10 +526,26 @@ async fn stream_list(
         let mut written = 0usize;
         loop {
             for item in &page.items {
+                let text = match &form {
+                    ItemForm::Stored => Ok(item.json.to_string()),
+                    ItemForm::Converted => stored_value(item)
+                        .and_then(|v| request.to_requested(&state, v))
+                        .map(|v| v.to_string()),
+                    ItemForm::TableRow(columns) => stored_value(item)
+                        .and_then(|v| request.to_requested(&state, v))
+                        .map(|v| table::table(&[v], columns, "", None)["rows"][0].to_string()),
+                };
+                let text = match text {
+                    Ok(text) => text,
+                    Err(err) => {
+                        tracing::warn!(resource = %item.key.resource, namespace = %item.key.namespace, name = %item.key.name, error = %err, "list stream failed");
+                        return;
+                    }
+                };
                 if written > 0 {
                     chunk.push(',');
                 }
-                chunk.push_str(&item.json);
+                chunk.push_str(&text);
                 written += 1;
             }
             let Some(after) = page.continue_after.take() else {
@@ -548,11 +621,7 @@ async fn list(state: Arc<ApiState>, request: Request) -> Result<Response, ApiErr
         .get("limit")
         .and_then(|l| l.parse::<usize>().ok())
         .filter(|l| *l > 0);
-    if limit.is_none()
-        && request.passthrough()
-        && !request.wants_table()
-        && request.query.get("continue").is_none_or(String::is_empty)
-    {
+    if limit.is_none() && request.query.get("continue").is_none_or(String::is_empty) {
         return stream_list(state, request, labels, fields).await;
     }
     let (first_rv, after) = match request.query.get("continue").filter(|c| !c.is_empty()) {
@@ -681,9 +750,10 @@ async fn watch_collection(state: Arc<ApiState>, request: Request) -> Result<Resp
                 .map(|i| (i.key.namespace.clone(), i.key.name.clone())),
         );
     }
-    // Without a resourceVersion, a watch starts with the current state as ADDED events.
-    let (initial, from) = match requested_rv {
-        Some(rv) => (Vec::new(), rv),
+    // Without a resourceVersion, a watch starts with the current state as ADDED events, read and
+    // sent a page at a time (the first page fixes the version the watch follows from).
+    let (first_page, from) = match requested_rv {
+        Some(rv) => (None, rv),
         None => {
             let filter = matches.clone();
             let page = state
@@ -692,30 +762,12 @@ async fn watch_collection(state: Arc<ApiState>, request: Request) -> Result<Resp
                     request.storage_resource(),
                     request.path.namespace.clone(),
                     None,
-                    None,
+                    Some(STREAM_PAGE),
                     Some(Box::new(move |v: &Value| filter(v))),
                 )
                 .await?;
-            let mut lines = Vec::with_capacity(page.items.len());
-            for item in &page.items {
-                if selective {
-                    members.insert((item.key.namespace.clone(), item.key.name.clone()));
-                }
-                let object = request.to_requested(&state, stored_value(item)?)?;
-                lines.push(match &table_columns {
-                    Some(columns) => watch_line(
-                        "ADDED",
-                        &request.table(
-                            &[object],
-                            columns,
-                            &item.resource_version.to_string(),
-                            None,
-                        ),
-                    ),
-                    None => watch_line("ADDED", &object),
-                });
-            }
-            (lines, page.resource_version)
+            let rv = page.resource_version;
+            (Some(page), rv)
         }
     };
     let (sender, receiver) =
@@ -728,11 +780,56 @@ async fn watch_collection(state: Arc<ApiState>, request: Request) -> Result<Resp
     );
     let api_version = request.served.api_version();
     let kind = request.kind().to_owned();
+    let initial_matches = matches.clone();
     tokio::spawn(async move {
-        for line in initial {
-            if sender.send(Ok(line)).await.is_err() {
-                return;
+        let mut next_page = first_page;
+        while let Some(mut page) = next_page.take() {
+            for item in &page.items {
+                if selective {
+                    members.insert((item.key.namespace.clone(), item.key.name.clone()));
+                }
+                let line = match stored_value(item).and_then(|v| request.to_requested(&state, v)) {
+                    Ok(object) => match &table_columns {
+                        Some(columns) => watch_line(
+                            "ADDED",
+                            &table::table(
+                                &[object],
+                                columns,
+                                &item.resource_version.to_string(),
+                                None,
+                            ),
+                        ),
+                        None => watch_line("ADDED", &object),
+                    },
+                    Err(err) => watch_line("ERROR", &err.to_status()),
+                };
+                if sender.send(Ok(line)).await.is_err() {
+                    return;
+                }
             }
+            let Some(after) = page.continue_after.take() else {
+                break;
+            };
+            let filter = initial_matches.clone();
+            next_page = match state
+                .store
+                .list(
+                    request.storage_resource(),
+                    request.path.namespace.clone(),
+                    Some(after),
+                    Some(STREAM_PAGE),
+                    Some(Box::new(move |v: &Value| filter(v))),
+                )
+                .await
+            {
+                Ok(next) => Some(next),
+                Err(err) => {
+                    let _ = sender
+                        .send(Ok(watch_line("ERROR", &ApiError::from(err).to_status())))
+                        .await;
+                    return;
+                }
+            };
         }
         let mut stream = match stream {
             Ok(stream) => stream,
@@ -879,6 +976,7 @@ async fn ensure_namespace(state: &ApiState, request: &Request) -> Result<(), Api
 
 async fn create(state: Arc<ApiState>, request: Request, body: Bytes) -> Result<Response, ApiError> {
     let object = parse_body(&request.headers, &body)?;
+    crate::limits::check_depth(request.kind(), &object)?;
     let (code, object, warnings) = create_object(&state, &request, object).await?;
     Ok(json_response(code, &object, &warnings))
 }
@@ -927,6 +1025,7 @@ async fn create_once(
     };
     ensure_namespace(state, request).await?;
     let storage_form = request.to_storage(state, object)?;
+    crate::limits::check_object(request.group(), request.kind(), &storage_form)?;
     if request.dry_run() {
         return Ok((
             StatusCode::CREATED,
@@ -940,7 +1039,7 @@ async fn create_once(
     }
     Ok((
         StatusCode::CREATED,
-        request.to_requested(state, stored_value(&stored)?)?,
+        committed(state, request, &stored),
         warnings,
     ))
 }
@@ -1000,6 +1099,7 @@ pub(crate) async fn write_over(
     };
     let mut new_storage = request.to_storage(state, new)?;
     let changed = lifecycle::prepare_update(&old, &mut new_storage, scope, request.kind())?;
+    crate::limits::check_object(request.group(), request.kind(), &new_storage)?;
     if !changed {
         return request.to_requested(state, old);
     }
@@ -1012,7 +1112,7 @@ pub(crate) async fn write_over(
             .delete(current.key.clone(), Some(current.resource_version))
             .await?;
         after_delete(state, request, &deleted)?;
-        return request.to_requested(state, stored_value(&deleted)?);
+        return Ok(committed(state, request, &deleted));
     }
     let stored = state
         .store
@@ -1025,11 +1125,12 @@ pub(crate) async fn write_over(
     if let Some(crd) = crd {
         state.registry_write().insert(crd);
     }
-    request.to_requested(state, stored_value(&stored)?)
+    Ok(committed(state, request, &stored))
 }
 
 async fn update(state: Arc<ApiState>, request: Request, body: Bytes) -> Result<Response, ApiError> {
     let new = parse_body(&request.headers, &body)?;
+    crate::limits::check_depth(request.kind(), &new)?;
     let name = request.path.name.clone().unwrap_or_default();
     let precondition = precondition_rv(&new)?;
     let mut warnings = Vec::new();
@@ -1175,6 +1276,7 @@ async fn patch(state: Arc<ApiState>, request: Request, body: Bytes) -> Result<Re
         _ => serde_json::from_slice(&body)
             .map_err(|e| ApiError::BadRequest(format!("the patch is not valid JSON: {e}")))?,
     };
+    crate::limits::check_depth(request.kind(), &patch_doc)?;
     let mut warnings = Vec::new();
     for _ in 0..MAX_WRITE_ATTEMPTS {
         let Some(current) = state.store.get(request.key(&name)).await? else {
@@ -1208,12 +1310,14 @@ async fn patch(state: Arc<ApiState>, request: Request, body: Bytes) -> Result<Re
                     &patched, &patch_doc,
                 ))
                 .map_err(|e| ApiError::BadRequest(format!("the JSON patch is not valid: {e}")))?;
-                json_patch::patch(&mut patched, &ops).map_err(|e| ApiError::Invalid {
-                    group: request.group().to_owned(),
-                    kind: request.kind().to_owned(),
-                    name: name.clone(),
-                    summary: e.to_string(),
-                    causes: Vec::new(),
+                crate::patching::apply_json_patch(&mut patched, &ops).map_err(|e| {
+                    ApiError::Invalid {
+                        group: request.group().to_owned(),
+                        kind: request.kind().to_owned(),
+                        name: name.clone(),
+                        summary: e.to_string(),
+                        causes: Vec::new(),
+                    }
                 })?;
             }
         }
@@ -1319,7 +1423,7 @@ pub(crate) async fn delete_one(
             .delete(current.key.clone(), Some(current.resource_version))
             .await?;
         after_delete(state, request, &deleted)?;
-        return request.to_requested(state, stored_value(&deleted)?);
+        return Ok(committed(state, request, &deleted));
     }
     if lifecycle::is_being_deleted(&object)
         && lifecycle::finalizers(&stored_value(&current)?) == lifecycle::finalizers(&object)
@@ -1331,7 +1435,7 @@ pub(crate) async fn delete_one(
         .store
         .update(current.key.clone(), object, Some(current.resource_version))
         .await?;
-    request.to_requested(state, stored_value(&stored)?)
+    Ok(committed(state, request, &stored))
 }
 
 fn delete_options(body: &Bytes, query: &HashMap<String, String>) -> Result<Value, ApiError> {
@@ -1352,11 +1456,18 @@ async fn delete(state: Arc<ApiState>, request: Request, body: Bytes) -> Result<R
     let options = delete_options(&body, &request.query)?;
     let name = request.path.name.clone().unwrap_or_default();
     for _ in 0..MAX_WRITE_ATTEMPTS {
-        let current = state
-            .store
-            .get(request.key(&name))
-            .await?
-            .ok_or_else(|| request.not_found(&name))?;
+        let current = match state.store.get(request.key(&name)).await {
+            // A row that cannot be decoded has no finalizers anyone could read: it is removed.
+            Err(capstan_store::StoreError::Undecodable(key)) => {
+                state.store.remove_undecodable(key).await?;
+                return Ok(json_response(
+                    StatusCode::OK,
+                    &crate::status::success_status(),
+                    &[],
+                ));
+            }
+            found => found?.ok_or_else(|| request.not_found(&name))?,
+        };
         match delete_one(&state, &request, current, &options).await {
             // A conflict with our own read is retried; one with the caller's preconditions is theirs.
             Err(ApiError::Conflict { .. }) if options["preconditions"].is_null() => {

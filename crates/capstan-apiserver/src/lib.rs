@@ -17,13 +17,16 @@
 
 pub mod builtin;
 pub mod client;
+pub mod conn;
 pub mod conversion;
 mod discovery;
 mod handlers;
 pub mod lifecycle;
+pub mod limits;
 pub mod metrics;
 pub mod openapi;
 pub mod params;
+pub mod patching;
 pub mod protobuf;
 pub mod registry;
 pub mod selectors;
@@ -32,6 +35,7 @@ pub mod strategic;
 pub mod table;
 pub mod target;
 pub mod tls;
+mod undecodable;
 mod wire;
 
 use axum::Router;
@@ -138,15 +142,23 @@ impl ApiServer {
                 None,
             )
             .await?;
+        // One bad stored definition must not keep the server (and every other kind) down: it is
+        // skipped, named in the log, and can be fixed or deleted through the API.
         for stored in crds.items {
-            let value = stored.value()?;
-            let crd = capstan_schema::CrdInfo::from_value(&value).map_err(|source| {
-                ServerError::StoredCrd {
-                    name: stored.key.name.clone(),
-                    source,
-                }
-            })?;
-            registry.insert(crd);
+            let crd = stored
+                .value()
+                .map_err(|err| err.to_string())
+                .and_then(|value| {
+                    capstan_schema::CrdInfo::from_value(&value).map_err(|err| err.to_string())
+                });
+            match crd {
+                Ok(crd) => registry.insert(crd),
+                Err(error) => tracing::error!(
+                    name = %stored.key.name,
+                    %error,
+                    "a stored CustomResourceDefinition is not valid; its kind is not served"
+                ),
+            }
         }
         for ns in SYSTEM_NAMESPACES {
             let key = ObjectKey::new("/namespaces", "", *ns);
@@ -243,6 +255,10 @@ impl ApiServer {
             );
         let protected = Router::new()
             .route("/metrics", get(metrics_text))
+            .route(
+                "/capstan/v1/undecodable",
+                get(undecodable::list).delete(undecodable::remove),
+            )
             .route("/openapi/v2", get(openapi_v2))
             .route("/openapi/v3", get(openapi_root))
             .route("/openapi/v3/{*rest}", get(openapi_doc))
@@ -381,9 +397,13 @@ async fn api(
     uri: Uri,
     Query(query): Query<HashMap<String, String>>,
     headers: HeaderMap,
-    body: Bytes,
+    body: axum::body::Body,
 ) -> Response {
     let started = Instant::now();
+    let body = match read_body(body).await {
+        Ok(body) => body,
+        Err(err) => return err.into_response(),
+    };
     let Some(target) = target::parse(uri.path()) else {
         return ApiError::NoSuchResource.into_response();
     };
@@ -448,6 +468,23 @@ async fn api(
         Some(doc) => axum::Json(doc).into_response(),
         None => ApiError::NoSuchResource.into_response(),
     }
+}
+
+/// Reads a request body up to [`limits::MAX_REQUEST_BYTES`]; beyond it, 413 with a `Status`.
+async fn read_body(body: axum::body::Body) -> Result<Bytes, ApiError> {
+    axum::body::to_bytes(body, limits::MAX_REQUEST_BYTES)
+        .await
+        .map_err(|err| {
+            let inner = err.into_inner();
+            if inner
+                .downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some()
+            {
+                limits::body_too_large()
+            } else {
+                ApiError::BadRequest(format!("reading the request body failed: {inner}"))
+            }
+        })
 }
 
 pub mod serve;

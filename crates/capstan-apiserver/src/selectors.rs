@@ -19,103 +19,284 @@ enum LabelRequirement {
     NotIn(String, Vec<String>),
     Exists(String),
     DoesNotExist(String),
+    GreaterThan(String, i64),
+    LessThan(String, i64),
 }
 
 /// A parsed label selector; the empty selector matches everything.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LabelSelector(Vec<LabelRequirement>);
 
-/// Splits on commas that are not inside parentheses.
-fn split_top_level(text: &str) -> Vec<&str> {
-    let mut parts = Vec::new();
-    let mut depth = 0i32;
-    let mut start = 0;
-    for (i, c) in text.char_indices() {
-        match c {
-            '(' => depth += 1,
-            ')' => depth -= 1,
-            ',' if depth == 0 => {
-                parts.push(&text[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    parts.push(&text[start..]);
-    parts
-        .into_iter()
-        .map(str::trim)
-        .filter(|p| !p.is_empty())
-        .collect()
+/// A token of the label selector language, as Kubernetes' lexer splits it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Token {
+    Identifier(String),
+    Bang,
+    Equals,
+    DoubleEquals,
+    NotEquals,
+    In,
+    NotIn,
+    Greater,
+    Less,
+    Open,
+    Close,
+    Comma,
+    End,
 }
 
-fn set_values(text: &str, original: &str) -> Result<Vec<String>, SelectorError> {
-    let inner = text
-        .trim()
-        .strip_prefix('(')
-        .and_then(|t| t.strip_suffix(')'))
-        .ok_or_else(|| SelectorError {
-            text: original.to_owned(),
-            problem: "expected a parenthesised value list".into(),
-        })?;
-    Ok(inner
-        .split(',')
-        .map(|v| v.trim().to_owned())
-        .filter(|v| !v.is_empty())
-        .collect())
+impl Token {
+    fn shown(&self) -> String {
+        match self {
+            Self::Identifier(text) => text.clone(),
+            Self::Bang => "!".into(),
+            Self::Equals => "=".into(),
+            Self::DoubleEquals => "==".into(),
+            Self::NotEquals => "!=".into(),
+            Self::In => "in".into(),
+            Self::NotIn => "notin".into(),
+            Self::Greater => ">".into(),
+            Self::Less => "<".into(),
+            Self::Open => "(".into(),
+            Self::Close => ")".into(),
+            Self::Comma => ",".into(),
+            Self::End => String::new(),
+        }
+    }
+}
+
+/// Splits a label selector into tokens: whitespace separates, `!`, `=`, `==`, `!=`, `(`, `)`, `,`,
+/// `<`, `>` are symbols, everything else runs into identifiers (`in` and `notin` are keywords).
+fn tokens(text: &str) -> Vec<Token> {
+    let mut out = Vec::new();
+    let mut chars = text.chars().peekable();
+    while let Some(&c) = chars.peek() {
+        if c.is_whitespace() {
+            chars.next();
+            continue;
+        }
+        let symbol = match c {
+            '!' | '=' => {
+                chars.next();
+                if chars.peek() == Some(&'=') {
+                    chars.next();
+                    Some(if c == '!' {
+                        Token::NotEquals
+                    } else {
+                        Token::DoubleEquals
+                    })
+                } else {
+                    Some(if c == '!' { Token::Bang } else { Token::Equals })
+                }
+            }
+            '(' => Some(Token::Open),
+            ')' => Some(Token::Close),
+            ',' => Some(Token::Comma),
+            '<' => Some(Token::Less),
+            '>' => Some(Token::Greater),
+            _ => None,
+        };
+        if let Some(symbol) = symbol {
+            if !matches!(
+                symbol,
+                Token::Bang | Token::Equals | Token::NotEquals | Token::DoubleEquals
+            ) {
+                chars.next();
+            }
+            out.push(symbol);
+            continue;
+        }
+        let mut word = String::new();
+        while let Some(&c) = chars.peek() {
+            if c.is_whitespace() || "!=(),<>".contains(c) {
+                break;
+            }
+            word.push(c);
+            chars.next();
+        }
+        out.push(match word.as_str() {
+            "in" => Token::In,
+            "notin" => Token::NotIn,
+            _ => Token::Identifier(word),
+        });
+    }
+    out.push(Token::End);
+    out
+}
+
+/// The parser over [`tokens`], following Kubernetes' `labels.Parse`.
+struct Parser<'a> {
+    text: &'a str,
+    tokens: Vec<Token>,
+    at: usize,
+}
+
+impl Parser<'_> {
+    fn peek(&self) -> &Token {
+        self.tokens.get(self.at).unwrap_or(&Token::End)
+    }
+
+    fn next(&mut self) -> Token {
+        let token = self.peek().clone();
+        self.at += 1;
+        token
+    }
+
+    fn error(&self, problem: String) -> SelectorError {
+        SelectorError {
+            text: self.text.to_owned(),
+            problem,
+        }
+    }
+
+    fn expected(&self, found: &Token, expected: &str) -> SelectorError {
+        self.error(format!("found '{}', expected: {expected}", found.shown()))
+    }
+
+    fn key(&mut self) -> Result<String, SelectorError> {
+        match self.next() {
+            Token::Identifier(key) => {
+                crate::limits::qualified_name(&key).map_err(|problem| {
+                    self.error(format!("invalid label key {key:?}: {problem}"))
+                })?;
+                Ok(key)
+            }
+            other => Err(self.expected(&other, "identifier")),
+        }
+    }
+
+    fn value(&self, value: String) -> Result<String, SelectorError> {
+        crate::limits::label_value(&value)
+            .map_err(|problem| self.error(format!("invalid label value {value:?}: {problem}")))?;
+        Ok(value)
+    }
+
+    fn requirement(&mut self) -> Result<LabelRequirement, SelectorError> {
+        if self.peek() == &Token::Bang {
+            self.next();
+            return Ok(LabelRequirement::DoesNotExist(self.key()?));
+        }
+        let key = self.key()?;
+        let operator = match self.peek() {
+            Token::End | Token::Comma => return Ok(LabelRequirement::Exists(key)),
+            _ => self.next(),
+        };
+        match operator {
+            Token::Equals | Token::DoubleEquals | Token::NotEquals => {
+                let value = match self.peek().clone() {
+                    Token::End | Token::Comma => String::new(),
+                    Token::Identifier(value) => {
+                        self.next();
+                        value
+                    }
+                    other => return Err(self.expected(&other, "identifier")),
+                };
+                let value = self.value(value)?;
+                Ok(if operator == Token::NotEquals {
+                    LabelRequirement::NotEquals(key, value)
+                } else {
+                    LabelRequirement::Equals(key, value)
+                })
+            }
+            Token::In | Token::NotIn => {
+                let values = self.values()?;
+                if values.is_empty() {
+                    return Err(
+                        self.error("for 'in', 'notin' operators, values set can't be empty".into())
+                    );
+                }
+                Ok(if operator == Token::In {
+                    LabelRequirement::In(key, values)
+                } else {
+                    LabelRequirement::NotIn(key, values)
+                })
+            }
+            Token::Greater | Token::Less => {
+                let bound = match self.next() {
+                    Token::Identifier(value) => value.parse::<i64>().map_err(|_| {
+                        self.error(format!(
+                            "for 'Gt', 'Lt' operators, the value must be an integer, not {value:?}"
+                        ))
+                    })?,
+                    other => return Err(self.expected(&other, "identifier")),
+                };
+                Ok(if operator == Token::Greater {
+                    LabelRequirement::GreaterThan(key, bound)
+                } else {
+                    LabelRequirement::LessThan(key, bound)
+                })
+            }
+            other => Err(self.expected(&other, "[!= == = > < in notin]")),
+        }
+    }
+
+    /// `( value, value, ... )`; an empty entry is the empty value, as in Kubernetes.
+    fn values(&mut self) -> Result<Vec<String>, SelectorError> {
+        match self.next() {
+            Token::Open => {}
+            other => return Err(self.expected(&other, "'('")),
+        }
+        let mut values = Vec::new();
+        if self.peek() == &Token::Close {
+            self.next();
+            return Ok(values);
+        }
+        loop {
+            let value = match self.peek().clone() {
+                Token::Identifier(value) => {
+                    self.next();
+                    value
+                }
+                Token::Comma | Token::Close => String::new(),
+                other => return Err(self.expected(&other, "',', ')' or identifier")),
+            };
+            values.push(self.value(value)?);
+            match self.next() {
+                Token::Comma => {}
+                Token::Close => return Ok(values),
+                other => return Err(self.expected(&other, "',' or ')'")),
+            }
+        }
+    }
 }
 
 impl LabelSelector {
-    /// Parses the `labelSelector` query parameter.
+    /// Parses the `labelSelector` query parameter as kube-apiserver does: `,,,`, a bare `!` or a
+    /// requirement without a key (`!=b`) are errors, never "everything".
     pub fn parse(text: &str) -> Result<Self, SelectorError> {
+        let mut parser = Parser {
+            text,
+            tokens: tokens(text),
+            at: 0,
+        };
         let mut reqs = Vec::new();
-        for part in split_top_level(text) {
-            let err = |problem: &str| SelectorError {
-                text: text.to_owned(),
-                problem: problem.to_owned(),
-            };
-            if let Some(key) = part.strip_prefix('!') {
-                reqs.push(LabelRequirement::DoesNotExist(key.trim().to_owned()));
-            } else if let Some((k, v)) = part.split_once("!=") {
-                reqs.push(LabelRequirement::NotEquals(
-                    k.trim().to_owned(),
-                    v.trim().to_owned(),
-                ));
-            } else if let Some((k, v)) = part.split_once("==") {
-                reqs.push(LabelRequirement::Equals(
-                    k.trim().to_owned(),
-                    v.trim().to_owned(),
-                ));
-            } else if let Some((k, v)) = part.split_once('=') {
-                reqs.push(LabelRequirement::Equals(
-                    k.trim().to_owned(),
-                    v.trim().to_owned(),
-                ));
-            } else if let Some(idx) = part.find(" notin ") {
-                let values = set_values(&part[idx + 7..], text)?;
-                reqs.push(LabelRequirement::NotIn(
-                    part[..idx].trim().to_owned(),
-                    values,
-                ));
-            } else if let Some(idx) = part.find(" in ") {
-                let values = set_values(&part[idx + 4..], text)?;
-                reqs.push(LabelRequirement::In(part[..idx].trim().to_owned(), values));
-            } else if part
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
-            {
-                reqs.push(LabelRequirement::Exists(part.to_owned()));
-            } else {
-                return Err(err(
-                    "expected key, key=value, key!=value, key in (..), key notin (..) or !key",
-                ));
+        match parser.peek() {
+            Token::End => return Ok(Self(reqs)),
+            Token::Identifier(_) | Token::Bang => {}
+            other => {
+                let other = other.clone();
+                return Err(parser.expected(&other, "!, identifier, or 'end of string'"));
             }
         }
-        Ok(Self(reqs))
+        loop {
+            reqs.push(parser.requirement()?);
+            match parser.next() {
+                Token::End => return Ok(Self(reqs)),
+                Token::Comma => match parser.peek() {
+                    Token::Identifier(_) | Token::Bang => {}
+                    other => {
+                        let other = other.clone();
+                        return Err(parser.expected(&other, "identifier after ','"));
+                    }
+                },
+                other => return Err(parser.expected(&other, "',' or 'end of string'")),
+            }
+        }
     }
 
     /// Whether `labels` satisfy every requirement.
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        let number = |k: &str| labels.get(k).and_then(|v| v.parse::<i64>().ok());
         self.0.iter().all(|req| match req {
             LabelRequirement::Equals(k, v) => labels.get(k) == Some(v),
             LabelRequirement::NotEquals(k, v) => labels.get(k) != Some(v),
@@ -123,6 +304,8 @@ impl LabelSelector {
             LabelRequirement::NotIn(k, vs) => labels.get(k).is_none_or(|l| !vs.contains(l)),
             LabelRequirement::Exists(k) => labels.contains_key(k),
             LabelRequirement::DoesNotExist(k) => !labels.contains_key(k),
+            LabelRequirement::GreaterThan(k, n) => number(k).is_some_and(|v| v > *n),
+            LabelRequirement::LessThan(k, n) => number(k).is_some_and(|v| v < *n),
         })
     }
 
@@ -137,23 +320,34 @@ impl LabelSelector {
 pub struct FieldSelector(Vec<(String, bool, String)>);
 
 impl FieldSelector {
-    /// Parses the `fieldSelector` query parameter.
+    /// Parses the `fieldSelector` query parameter as kube-apiserver does: terms split on unescaped
+    /// commas (empty terms are skipped), each `field=value`, `field==value` or `field!=value`, with
+    /// `\,`, `\=` and `\\` escapes in values. A term without an operator or a field is an error.
     pub fn parse(text: &str) -> Result<Self, SelectorError> {
+        let error = |problem: String| SelectorError {
+            text: text.to_owned(),
+            problem,
+        };
         let mut reqs = Vec::new();
-        for part in split_top_level(text) {
-            let (path, equal, value) = if let Some((k, v)) = part.split_once("!=") {
-                (k, false, v)
-            } else if let Some((k, v)) = part.split_once("==") {
-                (k, true, v)
-            } else if let Some((k, v)) = part.split_once('=') {
-                (k, true, v)
-            } else {
-                return Err(SelectorError {
-                    text: text.to_owned(),
-                    problem: format!("{part:?} is not field=value or field!=value"),
-                });
+        for term in split_unescaped_commas(text) {
+            if term.is_empty() {
+                continue;
+            }
+            let split = term.char_indices().find_map(|(i, _)| {
+                let rest = &term[i..];
+                ["!=", "==", "="]
+                    .into_iter()
+                    .find(|op| rest.starts_with(op))
+                    .map(|op| (&term[..i], op, &term[i + op.len()..]))
+            });
+            let Some((field, op, value)) = split else {
+                return Err(error(format!("can't understand {term:?}")));
             };
-            reqs.push((path.trim().to_owned(), equal, value.trim().to_owned()));
+            if field.trim().is_empty() {
+                return Err(error(format!("{term:?} names no field")));
+            }
+            let value = unescape(value).map_err(error)?;
+            reqs.push((field.trim().to_owned(), op != "!=", value));
         }
         Ok(Self(reqs))
     }
@@ -178,6 +372,45 @@ impl FieldSelector {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
+}
+
+/// Splits on commas not preceded by a backslash escape.
+fn split_unescaped_commas(text: &str) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let (mut start, mut escaped) = (0, false);
+    for (i, c) in text.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' => escaped = true,
+            ',' => {
+                parts.push(&text[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&text[start..]);
+    parts
+}
+
+/// Undoes `\,`, `\=` and `\\` in a field selector value; an unescaped `=` or another escape is an error.
+fn unescape(value: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(value.len());
+    let mut chars = value.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => match chars.next() {
+                Some(e @ ('\\' | ',' | '=')) => out.push(e),
+                Some(other) => {
+                    return Err(format!("invalid escape sequence \\{other} in {value:?}"));
+                }
+                None => return Err(format!("unterminated escape in {value:?}")),
+            },
+            '=' => return Err(format!("unescaped '=' in the value {value:?}")),
+            c => out.push(c),
+        }
+    }
+    Ok(out)
 }
 
 /// The labels of an object.
@@ -230,6 +463,65 @@ mod tests {
         assert!(!notin.matches(&labels(&[("app", "a")])));
         assert!(LabelSelector::parse("a in b").is_err());
         assert!(LabelSelector::parse("").unwrap().is_empty());
+    }
+
+    #[test]
+    fn label_selectors_kube_apiserver_refuses_are_refused() {
+        for bad in [
+            "!", "!=b", ",,,", "a,", ",a", "a=b,,c", "a in ()", "a in (b", "a b", "!a=b", "a>b",
+            "a=(b)", "-a", "a=b c", "==",
+        ] {
+            assert!(LabelSelector::parse(bad).is_err(), "{bad:?} was accepted");
+        }
+        let problem = LabelSelector::parse("!").unwrap_err().problem;
+        assert_eq!(problem, "found '', expected: identifier");
+        let problem = LabelSelector::parse("!=b").unwrap_err().problem;
+        assert_eq!(
+            problem,
+            "found '!=', expected: !, identifier, or 'end of string'"
+        );
+        let problem = LabelSelector::parse(",,,").unwrap_err().problem;
+        assert_eq!(
+            problem,
+            "found ',', expected: !, identifier, or 'end of string'"
+        );
+        for good in [
+            "",
+            "  ",
+            "a",
+            "!a",
+            "a=",
+            "a==b",
+            "a!=b",
+            "a in (b,)",
+            "a notin (b, c)",
+            "a>1",
+            "a<-2",
+            " a = b , !c ",
+        ] {
+            assert!(LabelSelector::parse(good).is_ok(), "{good:?} was refused");
+        }
+        let empty = LabelSelector::parse("a=").unwrap();
+        assert!(empty.matches(&labels(&[("a", "")])));
+        assert!(!empty.matches(&labels(&[])));
+        let greater = LabelSelector::parse("n>5").unwrap();
+        assert!(greater.matches(&labels(&[("n", "6")])));
+        assert!(!greater.matches(&labels(&[("n", "5")])));
+        assert!(!greater.matches(&labels(&[("n", "x")])));
+    }
+
+    #[test]
+    fn field_selectors_parse_as_kube_apiserver_parses_them() {
+        assert!(FieldSelector::parse(",,,").unwrap().is_empty());
+        for bad in ["=b", "a", "a=b=c", "a=b\\x", "!=x"] {
+            assert!(FieldSelector::parse(bad).is_err(), "{bad:?} was accepted");
+        }
+        let obj = serde_json::json!({"metadata": {"name": "a,b=c"}});
+        assert!(
+            FieldSelector::parse("metadata.name=a\\,b\\=c")
+                .unwrap()
+                .matches(&obj)
+        );
     }
 
     #[test]

@@ -62,6 +62,8 @@ pub enum ApiError {
     /// A request refused for now, to be retried later (an eviction a PodDisruptionBudget forbids).
     #[error("{0}")]
     TooManyRequests(String),
+    #[error("Request entity too large: {0}")]
+    TooLarge(String),
 }
 
 impl ApiError {
@@ -78,6 +80,7 @@ impl ApiError {
             Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             Self::TooManyRequests(_) => StatusCode::TOO_MANY_REQUESTS,
+            Self::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
         }
     }
 
@@ -95,6 +98,7 @@ impl ApiError {
             Self::UnsupportedMediaType(_) => "UnsupportedMediaType",
             Self::Internal(_) => "InternalError",
             Self::TooManyRequests(_) => "TooManyRequests",
+            Self::TooLarge(_) => "RequestEntityTooLarge",
         }
     }
 
@@ -175,6 +179,27 @@ impl From<capstan_store::StoreError> for ApiError {
                 message: "the object has been modified; please apply your changes to the latest version and try again".into(),
             },
             E::Gone { requested, .. } => Self::Gone(requested.to_string()),
+            E::TooDeep { key, depth, limit } => {
+                let message =
+                    format!("the object is nested {depth} levels deep; the limit is {limit}");
+                Self::Invalid {
+                    group: group_of_resource(&key.resource),
+                    kind: plural_of_resource(&key.resource),
+                    name: key.name,
+                    summary: message.clone(),
+                    causes: vec![Cause {
+                        reason: "FieldValueInvalid".into(),
+                        message,
+                        field: String::new(),
+                    }],
+                }
+            }
+            E::TooLarge { bytes, limit, .. } => Self::TooLarge(format!(
+                "the object would be {bytes} bytes; the limit is {limit}"
+            )),
+            E::Decodable(key) => Self::BadRequest(format!(
+                "the stored row of {key} decodes; delete it through the API"
+            )),
             other => Self::Internal(other.to_string()),
         }
     }

@@ -65,19 +65,30 @@ fn read(path: &Path) -> Result<String, TlsError> {
     })
 }
 
-/// Creates a directory readable by its owner only.
+/// Creates a directory readable by its owner only (0700, from the start). An existing directory
+/// keeps its mode: if other users may read it, that is reported, never changed silently.
 pub fn create_private_dir(path: &Path) -> Result<(), TlsError> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::create_dir_all(path).map_err(|source| TlsError::Io {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    let io = |source| TlsError::Io {
         path: path.to_path_buf(),
         source,
-    })?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700)).map_err(|source| {
-        TlsError::Io {
-            path: path.to_path_buf(),
-            source,
+    };
+    if path.is_dir() {
+        let mode = std::fs::metadata(path).map_err(io)?.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            tracing::warn!(
+                path = %path.display(),
+                mode = format!("{mode:o}"),
+                "this directory holds keys and Secrets but other users may open it; `chmod 700` it"
+            );
         }
-    })
+        return Ok(());
+    }
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)
+        .map_err(io)
 }
 
 impl Credentials {
@@ -227,4 +238,36 @@ fn name(common_name: &str) -> DistinguishedName {
     let mut dn = DistinguishedName::new();
     dn.push(DnType::CommonName, common_name);
     dn
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn mode(path: &Path) -> u32 {
+        std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn a_new_directory_is_owner_only_and_an_existing_one_keeps_its_mode() {
+        let root = tempfile::tempdir().unwrap();
+        let fresh = root.path().join("a/b");
+        create_private_dir(&fresh).unwrap();
+        assert_eq!(mode(&fresh), 0o700);
+        let shared = root.path().join("shared");
+        std::fs::create_dir(&shared).unwrap();
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o755)).unwrap();
+        create_private_dir(&shared).unwrap();
+        assert_eq!(
+            mode(&shared),
+            0o755,
+            "an existing directory is never re-moded silently"
+        );
+        let creds = Credentials::load_or_create(&shared.join("pki"), &[]).unwrap();
+        assert!(!creds.admin_token.is_empty());
+        assert_eq!(mode(&shared.join("pki")), 0o700);
+        assert_eq!(mode(&shared.join("pki/ca.key")), 0o600);
+    }
 }

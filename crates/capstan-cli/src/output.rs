@@ -122,11 +122,20 @@ impl Style {
 /// every failed request, which repeats the error the command reports (and would print it twice).
 const DEFAULT_LOG_FILTER: &str = "warn,kube_client::client::builder=off";
 
+/// The directive that keeps response bodies logged by kube's client out of the logs.
+pub const KUBE_CLIENT_BODIES: &str = "kube_client::client=error";
+
 /// Logs go to stderr, filtered by `CAPSTAN_LOG` (default [`DEFAULT_LOG_FILTER`]), never coloured
 /// when `NO_COLOR` is set.
 pub fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("CAPSTAN_LOG")
+    let mut filter = tracing_subscriber::EnvFilter::try_from_env("CAPSTAN_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
+    // kube's client logs the whole text of a response it cannot decode (at warn) and of every
+    // Status answer (at trace): a Secret's data among them. Its errors still reach the callers,
+    // which name the object; at any CAPSTAN_LOG, that module logs errors only.
+    if let Ok(quiet) = KUBE_CLIENT_BODIES.parse() {
+        filter = filter.add_directive(quiet);
+    }
     let ansi = std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
         && std::io::stderr().is_terminal();
     let _ = tracing_subscriber::fmt()

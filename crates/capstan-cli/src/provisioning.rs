@@ -135,14 +135,13 @@ pub async fn start(
     }));
     let router = capstan_hosts::agent_server::router(registry.clone())
         .merge(capstan_controllers::bootstrap_report_router(management));
-    tokio::spawn(async move {
-        let served = axum::serve(listener, router)
-            .with_graceful_shutdown(shutdown.cancelled_owned())
-            .await;
-        if let Err(err) = served {
-            tracing::warn!(error = %err, "provisioning server");
-        }
-    });
+    // The same timeouts, connection cap and accept back-off as the API server.
+    tokio::spawn(capstan_apiserver::conn::serve_plain(
+        router,
+        listener,
+        capstan_apiserver::conn::ConnectionLimits::default(),
+        shutdown.cancelled_owned(),
+    ));
     let mut settings = HostSettings::new(registry);
     settings.concurrency = args.host_concurrency;
     settings.bmc_trust = bmc_trust;

@@ -141,11 +141,44 @@ fn supports(caps: &ApiCapabilities) -> bool {
         .all(|v| caps.supports_operation(v))
 }
 
-/// One object as the sweep saw it.
+/// One object as the sweep saw it: its metadata only (see [`lean`]).
 #[derive(Clone, Debug)]
 struct Node {
-    kind: Kind,
+    kind: Arc<Kind>,
     object: DynamicObject,
+}
+
+/// Objects read per list request of a sweep: memory follows the page, not the collection.
+const LIST_PAGE: u32 = 500;
+
+/// Whether a sweep has anything to do with `object` itself: it has owners, or it is an owner being
+/// deleted with `orphan` or `foregroundDeletion`. Other objects matter only as owners, and those are
+/// read by name when a dependent names them (once per sweep).
+fn relevant(object: &DynamicObject) -> bool {
+    !object.owner_references().is_empty()
+        || (object.metadata.deletion_timestamp.is_some()
+            && object
+                .finalizers()
+                .iter()
+                .any(|f| f == ORPHAN_FINALIZER || f == FOREGROUND_FINALIZER))
+}
+
+/// `object` reduced to what the collector reads: identity, owners, finalizers, deletion.
+fn lean(object: DynamicObject) -> DynamicObject {
+    let metadata = object.metadata;
+    DynamicObject {
+        types: object.types,
+        metadata: kube::api::ObjectMeta {
+            name: metadata.name,
+            namespace: metadata.namespace,
+            uid: metadata.uid,
+            owner_references: metadata.owner_references,
+            finalizers: metadata.finalizers,
+            deletion_timestamp: metadata.deletion_timestamp,
+            ..kube::api::ObjectMeta::default()
+        },
+        data: serde_json::Value::Null,
+    }
 }
 
 impl Node {
@@ -221,10 +254,15 @@ enum OwnerState {
     Absent,
 }
 
+/// An owner reference resolved: uid, namespace (none for cluster-scoped), name.
+type OwnerKey = (String, Option<String>, String);
+
 struct Sweep<'a> {
     client: &'a Client,
     kinds: &'a Kinds,
     nodes: HashMap<String, Node>,
+    /// Owners read by name during this sweep, by (uid, namespace, name): each is read once.
+    read_owners: std::sync::Mutex<HashMap<OwnerKey, OwnerState>>,
     failed: usize,
 }
 
@@ -258,9 +296,23 @@ impl Sweep<'_> {
                 && n.namespace() == namespace
                 && n.name() == reference.name
         });
+        let cache_key = (
+            reference.uid.clone(),
+            namespace.map(str::to_owned),
+            reference.name.clone(),
+        );
+        if seen.is_none()
+            && let Some(state) = self
+                .read_owners
+                .lock()
+                .ok()
+                .and_then(|read| read.get(&cache_key).copied())
+        {
+            return Ok(state);
+        }
         let owner = match seen {
             Some(node) => node.object.clone(),
-            // Not in this sweep's lists: confirm with a live read before believing it gone.
+            // Not kept by this sweep: confirm with a live read before believing it gone.
             None => match kind
                 .api(self.client, namespace)
                 .get_opt(&reference.name)
@@ -273,20 +325,29 @@ impl Sweep<'_> {
                 Some(owner) if owner.metadata.uid.as_deref() == Some(reference.uid.as_str()) => {
                     owner
                 }
-                _ => return Ok(OwnerState::Absent),
+                _ => {
+                    if let Ok(mut read) = self.read_owners.lock() {
+                        read.insert(cache_key, OwnerState::Absent);
+                    }
+                    return Ok(OwnerState::Absent);
+                }
             },
         };
         let deleting = owner.metadata.deletion_timestamp.is_some();
         let finalizers = owner.finalizers();
-        Ok(
-            if deleting && finalizers.iter().any(|f| f == FOREGROUND_FINALIZER) {
-                OwnerState::WaitingForDependents
-            } else if deleting && finalizers.iter().any(|f| f == ORPHAN_FINALIZER) {
-                OwnerState::Orphaning
-            } else {
-                OwnerState::Present
-            },
-        )
+        let state = if deleting && finalizers.iter().any(|f| f == FOREGROUND_FINALIZER) {
+            OwnerState::WaitingForDependents
+        } else if deleting && finalizers.iter().any(|f| f == ORPHAN_FINALIZER) {
+            OwnerState::Orphaning
+        } else {
+            OwnerState::Present
+        };
+        if seen.is_none()
+            && let Ok(mut read) = self.read_owners.lock()
+        {
+            read.insert(cache_key, state);
+        }
+        Ok(state)
     }
 
     /// Replaces `node`'s ownerReferences by `keep`, if they are still what the sweep saw.
@@ -508,32 +569,48 @@ impl Sweep<'_> {
 }
 
 /// One full pass. Returns the kinds it saw (to watch) or why it could not look.
+///
+/// Lists are read a page at a time and only objects the sweep acts on are kept, as metadata: an
+/// idle server's memory does not swing with the size of its collections.
 async fn sweep(client: &Client) -> Result<(Kinds, usize), GcError> {
     let kinds = discover(client).await?;
     let mut nodes = HashMap::new();
     let mut failed = 0;
     for kind in kinds.by_resource.values() {
-        match kind.api(client, None).list(&ListParams::default()).await {
-            Ok(list) => {
-                for object in list.items {
-                    if let Some(uid) = object.metadata.uid.clone() {
-                        nodes.insert(
-                            uid,
-                            Node {
-                                kind: kind.clone(),
-                                object,
-                            },
-                        );
+        let shared = Arc::new(kind.clone());
+        let api = kind.api(client, None);
+        let mut params = ListParams::default().limit(LIST_PAGE);
+        loop {
+            match api.list(&params).await {
+                Ok(list) => {
+                    for object in list.items {
+                        if !relevant(&object) {
+                            continue;
+                        }
+                        if let Some(uid) = object.metadata.uid.clone() {
+                            nodes.insert(
+                                uid,
+                                Node {
+                                    kind: shared.clone(),
+                                    object: lean(object),
+                                },
+                            );
+                        }
+                    }
+                    match list.metadata.continue_.filter(|token| !token.is_empty()) {
+                        Some(token) => params = params.continue_token(&token),
+                        None => break,
                     }
                 }
-            }
-            Err(source) => {
-                let err = GcError::List {
-                    kind: kind.resource.kind.clone(),
-                    source,
-                };
-                tracing::warn!(controller = GC_CONTROLLER, error = %ErrorChain(&err), "sweep step failed");
-                failed += 1;
+                Err(source) => {
+                    let err = GcError::List {
+                        kind: kind.resource.kind.clone(),
+                        source,
+                    };
+                    tracing::warn!(controller = GC_CONTROLLER, error = %ErrorChain(&err), "sweep step failed");
+                    failed += 1;
+                    break;
+                }
             }
         }
     }
@@ -541,6 +618,7 @@ async fn sweep(client: &Client) -> Result<(Kinds, usize), GcError> {
         client,
         kinds: &kinds,
         nodes,
+        read_owners: std::sync::Mutex::new(HashMap::new()),
         failed,
     };
     sweep.finish_owners().await;

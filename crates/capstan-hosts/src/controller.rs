@@ -141,16 +141,23 @@ async fn read_credentials(
         ));
     }
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    let Some(secret) = secrets
-        .get_opt(&bmc.credentials_name)
-        .await
-        .map_err(api_error(
+    let found = match secrets.get_opt(&bmc.credentials_name).await {
+        // A Secret that cannot be decoded (data that is not base64, stored before the API refused
+        // such Secrets): the host says which Secret, never what the decoder saw (it quotes values).
+        Err(kube::Error::SerdeError(_)) => {
+            return Ok(Err(format!(
+                "BMC credentials Secret {namespace}/{} cannot be decoded: every value of its data must be base64 (values not shown)",
+                bmc.credentials_name
+            )));
+        }
+        found => found.map_err(api_error(
             "reading",
             "Secret",
             namespace,
             &bmc.credentials_name,
-        ))?
-    else {
+        ))?,
+    };
+    let Some(secret) = found else {
         return Ok(Err(format!(
             "BMC credentials Secret {namespace}/{} not found: create it with username and password keys",
             bmc.credentials_name

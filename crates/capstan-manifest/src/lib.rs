@@ -26,7 +26,9 @@ mod set;
 
 pub use emit::{to_yaml, to_yaml_documents};
 pub use error::ManifestError;
-pub use load::{STDIN_NAME, load_path, load_paths, load_str, parse_documents};
+pub use load::{
+    STDIN_NAME, load_path, load_paths, load_str, parse_documents, parse_documents_bounded,
+};
 pub use object::{LoadedObject, ObjectId, ObjectKey, Origin, split_api_version};
 pub use parse::{MAX_DEPTH, MAX_NODES};
 pub use set::ObjectSet;

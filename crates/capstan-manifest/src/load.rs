@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::error::ManifestError;
 use crate::object::{LoadedObject, Origin};
-use crate::parse::{ParsedDocument, Positions, parse_stream};
+use crate::parse::{ParsedDocument, Positions, parse_stream, parse_stream_bounded};
 
 /// The display name used for standard input.
 pub const STDIN_NAME: &str = "<stdin>";
@@ -25,6 +25,29 @@ const MANIFEST_EXTENSIONS: [&str; 3] = ["yaml", "yml", "json"];
 /// or alias expansion.
 pub fn parse_documents(name: &str, text: &str) -> Result<Vec<LoadedObject>, ManifestError> {
     Ok(parse_stream(name, text)?
+        .into_iter()
+        .map(|doc| {
+            let origin = Origin {
+                file: name.to_owned(),
+                document: doc.index,
+                line: doc.line,
+            };
+            LoadedObject::with_positions(doc.value, origin, doc.positions)
+        })
+        .collect())
+}
+
+/// [`parse_documents`] with a bound on the nodes the text may expand to, aliases included (for
+/// untrusted input, such as request bodies: an alias bomb fails fast and small).
+///
+/// # Errors
+/// Everything [`parse_documents`] rejects, and [`ManifestError::TooLarge`] beyond `max_nodes`.
+pub fn parse_documents_bounded(
+    name: &str,
+    text: &str,
+    max_nodes: usize,
+) -> Result<Vec<LoadedObject>, ManifestError> {
+    Ok(parse_stream_bounded(name, text, max_nodes)?
         .into_iter()
         .map(|doc| {
             let origin = Origin {

@@ -45,20 +45,35 @@ pub(crate) struct ParsedDocument {
 
 /// Parses every document of a YAML (or JSON) stream.
 pub(crate) fn parse_stream(file: &str, text: &str) -> Result<Vec<ParsedDocument>, ManifestError> {
+    parse_stream_bounded(file, text, MAX_NODES)
+}
+
+/// [`parse_stream`] with another bound on the nodes the stream may expand to (alias expansions
+/// included): a server parsing untrusted bodies keeps each request's memory small.
+pub(crate) fn parse_stream_bounded(
+    file: &str,
+    text: &str,
+    max_nodes: usize,
+) -> Result<Vec<ParsedDocument>, ManifestError> {
     // A byte-order mark is legal at the start of a stream but not everywhere yaml-rust2 looks.
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     // The parser is third-party code with internal assertions; a malformed input must end as an
     // error, never as a crash of the whole command.
-    catch_unwind(AssertUnwindSafe(|| run_parser(file, text))).unwrap_or_else(|_| {
+    catch_unwind(AssertUnwindSafe(|| run_parser(file, text, max_nodes))).unwrap_or_else(|_| {
         Err(ManifestError::ParserFailure {
             file: file.to_owned(),
         })
     })
 }
 
-fn run_parser(file: &str, text: &str) -> Result<Vec<ParsedDocument>, ManifestError> {
+fn run_parser(
+    file: &str,
+    text: &str,
+    max_nodes: usize,
+) -> Result<Vec<ParsedDocument>, ManifestError> {
     let mut parser = Parser::new_from_str(text);
     let mut builder = Builder::new(file);
+    builder.max_nodes = max_nodes;
     loop {
         let (event, mark) = parser.next_token().map_err(|e| ManifestError::Syntax {
             file: file.to_owned(),
@@ -216,6 +231,7 @@ struct Builder<'a> {
     positions: Positions,
     root: Option<(Value, u32)>,
     total_nodes: usize,
+    max_nodes: usize,
 }
 
 impl<'a> Builder<'a> {
@@ -228,6 +244,7 @@ impl<'a> Builder<'a> {
             positions: Positions::new(),
             root: None,
             total_nodes: 0,
+            max_nodes: MAX_NODES,
         }
     }
 
@@ -295,14 +312,14 @@ impl<'a> Builder<'a> {
         Ok(())
     }
 
-    /// Counts nodes against [`MAX_NODES`].
+    /// Counts nodes against the bound ([`MAX_NODES`] unless the caller chose another).
     fn charge(&mut self, nodes: usize, line: u32) -> Result<(), ManifestError> {
         self.total_nodes = self.total_nodes.saturating_add(nodes);
-        if self.total_nodes > MAX_NODES {
+        if self.total_nodes > self.max_nodes {
             return Err(ManifestError::TooLarge {
                 file: self.file.to_owned(),
                 line,
-                limit: MAX_NODES,
+                limit: self.max_nodes,
             });
         }
         Ok(())

@@ -8,10 +8,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use capstan_apiserver::conversion::ModelConverter;
+use capstan_apiserver::in_process_client;
 use capstan_apiserver::{ApiServer, Auth};
 use capstan_hosts::{AgentRegistry, HostController, HostSettings, ServerSettings};
 use capstan_model::metal3::BareMetalHost;
-use capstan_runtime::{CancellationToken, RunOptions, controller_task, in_process_client};
+use capstan_runtime::{CancellationToken, RunOptions, controller_task};
 use capstan_sim::{SimSettings, Simulator};
 use capstan_store::{Store, StoreOptions};
 use capstan_workload::{ClusterKey, EtcdMembership, WorkloadAccess};

@@ -12,6 +12,7 @@
 //! failing precondition does not affect the others.
 
 mod key;
+pub mod limits;
 mod schema;
 mod watch;
 mod writer;
@@ -20,6 +21,8 @@ pub use key::ObjectKey;
 pub use watch::{EventType, WatchEvent, WatchItem, WatchStream};
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+use std::collections::BTreeSet;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -55,6 +58,27 @@ pub enum StoreError {
     /// Stored bytes are not JSON (the database was altered outside capstan).
     #[error("stored object is not valid JSON")]
     Corrupt(#[from] serde_json::Error),
+    /// The object is nested deeper than [`limits::MAX_DEPTH`]; nothing was written.
+    #[error("{key} is nested {depth} levels deep; the limit is {limit}")]
+    TooDeep {
+        key: ObjectKey,
+        depth: usize,
+        limit: usize,
+    },
+    /// The serialised object is larger than [`limits::MAX_OBJECT_BYTES`]; nothing was written.
+    #[error("{key} is {bytes} bytes serialised; the limit is {limit}")]
+    TooLarge {
+        key: ObjectKey,
+        bytes: usize,
+        limit: usize,
+    },
+    /// The stored row of the key cannot be parsed (written by an older capstan, or altered outside
+    /// it); `capstan undecodable --remove` removes such rows.
+    #[error("the stored row of {0} cannot be decoded; `capstan undecodable --remove` removes it")]
+    Undecodable(ObjectKey),
+    /// A purge of a row that decodes: it is an ordinary object, deleted through the API.
+    #[error("the stored row of {0} decodes; delete it through the API")]
+    Decodable(ObjectKey),
     /// The batch's transaction did not commit; nothing of it was written.
     #[error("commit failed: {0}")]
     CommitFailed(String),
@@ -131,17 +155,26 @@ struct Inner {
     events: broadcast::Sender<Arc<WatchEvent>>,
     head: Arc<AtomicU64>,
     compacted: Arc<AtomicU64>,
+    /// Rows found undecodable at open and not rewritten since: lists and watches skip them.
+    undecodable: Arc<Mutex<BTreeSet<ObjectKey>>>,
 }
 
 impl Store {
     /// Opens (creating if needed) the store in `path` (a SQLite file).
     pub fn open(path: &Path, options: StoreOptions) -> Result<Self, StoreError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
-                path: dir.to_path_buf(),
-                source,
-            })?;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(|source| StoreError::Io {
+                    path: dir.to_path_buf(),
+                    source,
+                })?;
         }
+        // The database holds Secrets: created owner-only before SQLite opens it, and SQLite gives
+        // the WAL and shared-memory files the database file's mode.
+        create_private_file(path)?;
         let conn = schema::open_writer(path)?;
         let head: u64 = schema::read_meta(&conn, "head")?;
         let compacted: u64 = schema::read_meta(&conn, "compacted")?;
@@ -153,6 +186,21 @@ impl Store {
         for _ in 0..options.readers {
             readers.push(schema::open_reader(path)?);
         }
+        let undecodable = match readers.first() {
+            Some(conn) => scan_undecodable(conn)?,
+            None => scan_undecodable(&schema::open_reader(path)?)?,
+        };
+        for key in &undecodable {
+            // The key only: the row's text may hold secrets.
+            tracing::error!(
+                resource = %key.resource,
+                namespace = %key.namespace,
+                name = %key.name,
+                "a stored object cannot be decoded; it is skipped by lists and watches \
+                 (`capstan undecodable` lists such rows, `--remove` removes them)"
+            );
+        }
+        let undecodable = Arc::new(Mutex::new(undecodable));
         writer::spawn(writer::Writer {
             conn,
             requests,
@@ -161,6 +209,7 @@ impl Store {
             compacted: compacted.clone(),
             retained_events: options.retained_events,
             max_batch: options.max_batch,
+            undecodable: undecodable.clone(),
         })?;
         Ok(Self {
             inner: Arc::new(Inner {
@@ -170,8 +219,32 @@ impl Store {
                 events,
                 head,
                 compacted,
+                undecodable,
             }),
         })
+    }
+
+    /// Keys of stored rows that cannot be decoded (found when the store was opened, not rewritten
+    /// or removed since).
+    pub fn undecodable(&self) -> Vec<ObjectKey> {
+        self.inner
+            .undecodable
+            .lock()
+            .map(|keys| keys.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Removes the row of `key` if its stored text cannot be decoded; an ordinary object is refused
+    /// with [`StoreError::Decodable`]. Watchers see a deletion carrying only the key.
+    pub async fn remove_undecodable(&self, key: ObjectKey) -> Result<StoredObject, StoreError> {
+        self.write(writer::Op::Purge { key }).await
+    }
+
+    fn is_undecodable(&self, key: &ObjectKey) -> bool {
+        self.inner
+            .undecodable
+            .lock()
+            .is_ok_and(|keys| !keys.is_empty() && keys.contains(key))
     }
 
     /// The resourceVersion of the last committed write.
@@ -233,8 +306,11 @@ impl Store {
         answer.await.map_err(|_| StoreError::Closed)?
     }
 
-    /// Reads one object.
+    /// Reads one object. A row that cannot be decoded is [`StoreError::Undecodable`].
     pub async fn get(&self, key: ObjectKey) -> Result<Option<StoredObject>, StoreError> {
+        if self.is_undecodable(&key) {
+            return Err(StoreError::Undecodable(key));
+        }
         self.read(move |conn| {
             conn.query_row(
                 "SELECT rv, value FROM objects WHERE resource = ?1 AND namespace = ?2 AND name = ?3",
@@ -258,7 +334,7 @@ impl Store {
     /// starting after `after`, keeping those `keep` accepts, at most `limit` of them.
     ///
     /// Without a filter, objects are returned as stored text without being parsed: large lists
-    /// stay cheap in memory and time.
+    /// stay cheap in memory and time. Rows that cannot be decoded are skipped.
     pub async fn list(
         &self,
         resource: String,
@@ -267,7 +343,17 @@ impl Store {
         limit: Option<usize>,
         keep: Option<Filter>,
     ) -> Result<ListPage, StoreError> {
+        let undecodable = self.inner.undecodable.clone();
         self.read(move |conn| {
+            let skipped = undecodable
+                .lock()
+                .map(|keys| {
+                    keys.iter()
+                        .filter(|k| k.resource == resource)
+                        .map(|k| (k.namespace.clone(), k.name.clone()))
+                        .collect::<BTreeSet<_>>()
+                })
+                .unwrap_or_default();
             let tx = conn.unchecked_transaction()?;
             let head: u64 = schema::read_meta(&tx, "head")?;
             let (after_ns, after_name) = after.unwrap_or_default();
@@ -280,16 +366,27 @@ impl Store {
             let mut items = Vec::new();
             let mut continue_after = None;
             while let Some(row) = rows.next()? {
-                let json: String = row.get(3)?;
-                if let Some(keep) = &keep
-                    && !keep(&serde_json::from_str(&json)?)
-                {
+                let namespace: String = row.get(0)?;
+                let name: String = row.get(1)?;
+                if !skipped.is_empty() && skipped.contains(&(namespace.clone(), name.clone())) {
                     continue;
+                }
+                let json: String = row.get(3)?;
+                if let Some(keep) = &keep {
+                    match serde_json::from_str(&json) {
+                        Ok(value) if keep(&value) => {}
+                        Ok(_) => continue,
+                        Err(_) => {
+                            // Altered outside capstan since the store was opened.
+                            tracing::warn!(%resource, %namespace, %name, "skipping a stored object that cannot be decoded");
+                            continue;
+                        }
+                    }
                 }
                 let key = ObjectKey {
                     resource: resource.clone(),
-                    namespace: row.get(0)?,
-                    name: row.get(1)?,
+                    namespace,
+                    name,
                 };
                 if limit.is_some_and(|l| items.len() >= l) {
                     continue_after = items
@@ -344,18 +441,7 @@ impl Store {
 
     /// Writes a consistent snapshot of the whole store to `target` while the store keeps serving.
     pub async fn backup(&self, target: PathBuf) -> Result<(), StoreError> {
-        self.read(move |conn| {
-            if target.exists() {
-                std::fs::remove_file(&target).map_err(|source| StoreError::Io {
-                    path: target.clone(),
-                    source,
-                })?;
-            }
-            let target_text = target.to_string_lossy().into_owned();
-            conn.execute("VACUUM INTO ?1", [target_text])?;
-            Ok(())
-        })
-        .await
+        self.read(move |conn| snapshot_into(conn, &target)).await
     }
 
     /// The database file.
@@ -426,6 +512,24 @@ impl Store {
     }
 }
 
+/// Finds the rows whose text cannot be decoded: one pass over the table, no value kept.
+fn scan_undecodable(conn: &Connection) -> Result<BTreeSet<ObjectKey>, StoreError> {
+    let mut stmt = conn.prepare("SELECT resource, namespace, name, value FROM objects")?;
+    let mut rows = stmt.query([])?;
+    let mut found = BTreeSet::new();
+    while let Some(row) = rows.next()? {
+        let text = row.get_ref(3)?.as_str().unwrap_or_default();
+        if !limits::decodes(text) {
+            found.insert(ObjectKey {
+                resource: row.get(0)?,
+                namespace: row.get(1)?,
+                name: row.get(2)?,
+            });
+        }
+    }
+    Ok(found)
+}
+
 /// Opens a read-only connection for tools (`capstan get` against a stopped server's data dir).
 pub fn open_read_only(path: &Path) -> Result<Connection, StoreError> {
     Ok(Connection::open_with_flags(
@@ -443,20 +547,56 @@ pub fn backup_file(database: &Path, target: &Path) -> Result<(), StoreError> {
             source: std::io::Error::new(std::io::ErrorKind::NotFound, "no store here"),
         });
     }
-    if target.exists() {
-        std::fs::remove_file(target).map_err(|source| StoreError::Io {
-            path: target.to_path_buf(),
-            source,
-        })?;
-    }
     let conn = schema::open_reader(database)?;
+    snapshot_into(&conn, target)
+}
+
+/// Writes a snapshot of the database of `conn` to `target`. The snapshot holds Secrets: `target`
+/// is created owner-only and empty first (SQLite writes into an empty file), so no moment exists in
+/// which another user could open it.
+fn snapshot_into(conn: &Connection, target: &Path) -> Result<(), StoreError> {
+    let io = |source| StoreError::Io {
+        path: target.to_path_buf(),
+        source,
+    };
+    if target.exists() {
+        std::fs::remove_file(target).map_err(io)?;
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(target)
+        .map_err(io)?;
     conn.execute("VACUUM INTO ?1", [target.to_string_lossy().into_owned()])?;
-    // The snapshot holds Secrets: owner-only, like the data directory.
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(target, std::fs::Permissions::from_mode(0o600)).map_err(|source| {
-        StoreError::Io {
-            path: target.to_path_buf(),
-            source,
+    Ok(())
+}
+
+/// Creates `path` owner-only (0600) if it does not exist. An existing file keeps its mode: a
+/// group- or world-readable one is reported, never changed behind the owner's back.
+fn create_private_file(path: &Path) -> Result<(), StoreError> {
+    let io = |source| StoreError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(_) => Ok(()),
+        Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {
+            let mode = std::fs::metadata(path).map_err(io)?.permissions().mode() & 0o777;
+            if mode & 0o077 != 0 {
+                tracing::warn!(
+                    path = %path.display(),
+                    mode = format!("{mode:o}"),
+                    "the store holds Secrets but other users may read it; `chmod 600` it (and its -wal and -shm files)"
+                );
+            }
+            Ok(())
         }
-    })
+        Err(err) => Err(io(err)),
+    }
 }

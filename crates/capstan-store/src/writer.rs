@@ -4,8 +4,9 @@
 use crate::watch::{EventType, WatchEvent};
 use crate::{ObjectKey, StoreError, StoredObject};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
-use std::sync::Arc;
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use tokio::sync::{broadcast, oneshot};
 
 /// One write.
@@ -23,6 +24,8 @@ pub(crate) enum Op {
         key: ObjectKey,
         expected: Option<u64>,
     },
+    /// Removes a row whose stored text cannot be parsed; refuses one that can.
+    Purge { key: ObjectKey },
 }
 
 /// A write and where to send its outcome.
@@ -39,6 +42,9 @@ pub(crate) struct Writer {
     pub compacted: Arc<AtomicU64>,
     pub retained_events: u64,
     pub max_batch: usize,
+    /// Keys of rows that could not be parsed when the store was opened; a committed write of one
+    /// replaces (or removes) the bad row, so it leaves the set.
+    pub undecodable: Arc<Mutex<BTreeSet<ObjectKey>>>,
 }
 
 pub(crate) fn spawn(writer: Writer) -> Result<(), StoreError> {
@@ -74,6 +80,13 @@ impl Writer {
             Ok((results, head, compacted)) => {
                 self.head.store(head, Ordering::Release);
                 self.compacted.store(compacted, Ordering::Release);
+                if let Ok(mut undecodable) = self.undecodable.lock()
+                    && !undecodable.is_empty()
+                {
+                    for result in results.iter().flatten() {
+                        undecodable.remove(&result.0.key);
+                    }
+                }
                 for (request, result) in batch.into_iter().zip(results) {
                     match result {
                         Ok((object, event)) => {
@@ -161,8 +174,17 @@ fn stored_rv(conn: &Connection, key: &ObjectKey) -> Result<Option<(u64, String)>
         .map(|(rv, v)| (u64::try_from(rv).unwrap_or_default(), v)))
 }
 
-/// Sets `metadata.resourceVersion` and returns the serialised object.
-fn stamp(mut value: serde_json::Value, rv: u64) -> Result<String, StoreError> {
+/// Checks the bounds of [`crate::limits`], sets `metadata.resourceVersion` and returns the
+/// serialised object.
+fn stamp(key: &ObjectKey, mut value: serde_json::Value, rv: u64) -> Result<String, StoreError> {
+    let depth = crate::limits::depth(&value);
+    if depth > crate::limits::MAX_DEPTH {
+        return Err(StoreError::TooDeep {
+            key: key.clone(),
+            depth,
+            limit: crate::limits::MAX_DEPTH,
+        });
+    }
     let object = value.as_object_mut().ok_or(StoreError::NotAnObject)?;
     let metadata = object
         .entry("metadata")
@@ -172,7 +194,39 @@ fn stamp(mut value: serde_json::Value, rv: u64) -> Result<String, StoreError> {
         "resourceVersion".into(),
         serde_json::Value::String(rv.to_string()),
     );
-    Ok(serde_json::to_string(&value)?)
+    let json = serde_json::to_string(&value)?;
+    if json.len() > crate::limits::MAX_OBJECT_BYTES {
+        return Err(StoreError::TooLarge {
+            key: key.clone(),
+            bytes: json.len(),
+            limit: crate::limits::MAX_OBJECT_BYTES,
+        });
+    }
+    Ok(json)
+}
+
+/// What a deletion event carries: the object as it was, or, when its stored text cannot be parsed,
+/// an object holding only its identity (so watchers still learn that the key is gone).
+fn tombstone(key: &ObjectKey, old: &str, rv: u64) -> Result<String, StoreError> {
+    match serde_json::from_str(old) {
+        Ok(value) => stamp(key, value, rv),
+        Err(_) => {
+            let mut metadata = serde_json::Map::new();
+            metadata.insert("name".into(), key.name.clone().into());
+            if !key.namespace.is_empty() {
+                metadata.insert("namespace".into(), key.namespace.clone().into());
+            }
+            stamp(
+                key,
+                serde_json::Value::Object(
+                    [("metadata".to_owned(), serde_json::Value::Object(metadata))]
+                        .into_iter()
+                        .collect(),
+                ),
+                rv,
+            )
+        }
+    }
 }
 
 fn apply_one(conn: &Connection, op: &Op, rv: u64) -> WriteOutcome {
@@ -181,7 +235,7 @@ fn apply_one(conn: &Connection, op: &Op, rv: u64) -> WriteOutcome {
             if stored_rv(conn, key)?.is_some() {
                 return Err(StoreError::AlreadyExists(key.clone()));
             }
-            let json = stamp(value.clone(), rv)?;
+            let json = stamp(key, value.clone(), rv)?;
             conn.execute(
                 "INSERT INTO objects (resource, namespace, name, rv, value) VALUES (?1, ?2, ?3, ?4, ?5)",
                 params![key.resource, key.namespace, key.name, to_sql(rv), json],
@@ -196,7 +250,7 @@ fn apply_one(conn: &Connection, op: &Op, rv: u64) -> WriteOutcome {
             let (actual, _) =
                 stored_rv(conn, key)?.ok_or_else(|| StoreError::NotFound(key.clone()))?;
             check(key, *expected, actual)?;
-            let json = stamp(value.clone(), rv)?;
+            let json = stamp(key, value.clone(), rv)?;
             conn.execute(
                 "UPDATE objects SET rv = ?4, value = ?5 WHERE resource = ?1 AND namespace = ?2 AND name = ?3",
                 params![key.resource, key.namespace, key.name, to_sql(rv), json],
@@ -211,7 +265,20 @@ fn apply_one(conn: &Connection, op: &Op, rv: u64) -> WriteOutcome {
                 "DELETE FROM objects WHERE resource = ?1 AND namespace = ?2 AND name = ?3",
                 params![key.resource, key.namespace, key.name],
             )?;
-            let json = stamp(serde_json::from_str(&old)?, rv)?;
+            let json = tombstone(key, &old, rv)?;
+            (key, EventType::Deleted, json)
+        }
+        Op::Purge { key } => {
+            let (_, old) =
+                stored_rv(conn, key)?.ok_or_else(|| StoreError::NotFound(key.clone()))?;
+            if crate::limits::decodes(&old) {
+                return Err(StoreError::Decodable(key.clone()));
+            }
+            conn.execute(
+                "DELETE FROM objects WHERE resource = ?1 AND namespace = ?2 AND name = ?3",
+                params![key.resource, key.namespace, key.name],
+            )?;
+            let json = tombstone(key, &old, rv)?;
             (key, EventType::Deleted, json)
         }
     };

@@ -310,3 +310,107 @@ async fn a_backup_taken_from_outside_while_writing_is_consistent() {
     assert_eq!(count, copy.head(), "one object per write in this test");
     assert!(count >= 20);
 }
+
+/// A row an older capstan committed but nobody can parse (nested past serde_json's limit) must not
+/// take the store down: it opens, lists and watches skip the row, it is listed as undecodable and
+/// can be removed; new writes that deep are refused before anything is committed.
+#[tokio::test]
+async fn undecodable_rows_are_skipped_listed_and_removable_and_deep_writes_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    {
+        let store = Store::open(&path, StoreOptions::default()).unwrap();
+        store.create(key("good"), obj("good", 1)).await.unwrap();
+    }
+    let deep = format!(
+        "{{\"metadata\":{{\"name\":\"poison\"}},\"spec\":{}1{}}}",
+        "[".repeat(200),
+        "]".repeat(200)
+    );
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute(
+        "INSERT INTO objects (resource, namespace, name, rv, value) VALUES (?1, 'default', 'poison', 1, ?2)",
+        rusqlite::params![key("x").resource, deep],
+    )
+    .unwrap();
+    drop(conn);
+
+    let store = Store::open(&path, StoreOptions::default()).unwrap();
+    assert_eq!(store.undecodable(), vec![key("poison")]);
+    let all = store
+        .list(key("x").resource, None, None, None, None)
+        .await
+        .unwrap();
+    assert_eq!(all.items.len(), 1);
+    let filtered = store
+        .list(
+            key("x").resource,
+            None,
+            None,
+            None,
+            Some(Box::new(|_| true)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(filtered.items.len(), 1);
+    assert!(matches!(
+        store.get(key("poison")).await,
+        Err(StoreError::Undecodable(_))
+    ));
+    assert!(matches!(
+        store.remove_undecodable(key("good")).await,
+        Err(StoreError::Decodable(_))
+    ));
+    let mut watch = store
+        .watch(key("x").resource, None, store.head(), None)
+        .unwrap();
+    let removed = store.remove_undecodable(key("poison")).await.unwrap();
+    assert!(store.undecodable().is_empty());
+    assert!(store.get(key("poison")).await.unwrap().is_none());
+    match tokio::time::timeout(Duration::from_secs(10), watch.next()).await {
+        Ok(Some(Ok(WatchItem::Event(event)))) => {
+            assert_eq!(event.event_type, EventType::Deleted);
+            assert_eq!(event.resource_version, removed.resource_version);
+        }
+        other => panic!("expected the deletion, got {other:?}"),
+    }
+
+    let mut too_deep = serde_json::json!(1);
+    for _ in 0..(capstan_store::limits::MAX_DEPTH + 1) {
+        too_deep = serde_json::json!([too_deep]);
+    }
+    let head = store.head();
+    let err = store
+        .create(
+            key("deep"),
+            serde_json::json!({"metadata": {"name": "deep"}, "spec": too_deep}),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::TooDeep { .. }), "{err}");
+    assert_eq!(store.head(), head, "nothing was committed");
+}
+
+#[tokio::test]
+async fn the_database_its_wal_and_backups_are_created_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir);
+    store.create(key("a"), obj("a", 1)).await.unwrap();
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&dir.path().join("state.db")), 0o600);
+    assert_eq!(mode(&dir.path().join("state.db-wal")), 0o600);
+    let target = dir.path().join("snap.db");
+    store.backup(target.clone()).await.unwrap();
+    assert_eq!(mode(&target), 0o600);
+    let other = dir.path().join("snap2.db");
+    let p = dir.path().join("state.db");
+    let t = other.clone();
+    tokio::task::spawn_blocking(move || capstan_store::backup_file(&p, &t))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(mode(&other), 0o600);
+    let restored = Store::open(&target, StoreOptions::default()).unwrap();
+    assert!(restored.get(key("a")).await.unwrap().is_some());
+}

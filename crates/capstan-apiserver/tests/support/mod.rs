@@ -2,6 +2,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
 
+pub mod raw;
+
 use capstan_apiserver::conversion::ModelConverter;
 use capstan_apiserver::tls::Credentials;
 use capstan_apiserver::{ApiServer, Auth};
@@ -21,6 +23,10 @@ pub struct Server {
 }
 
 pub fn start() -> Server {
+    start_with(capstan_apiserver::conn::ConnectionLimits::default())
+}
+
+pub fn start_with(limits: capstan_apiserver::conn::ConnectionLimits) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -44,10 +50,11 @@ pub fn start() -> Server {
             },
         ))
         .unwrap();
-    runtime.spawn(capstan_apiserver::serve::serve_tls(
+    runtime.spawn(capstan_apiserver::serve::serve_tls_with(
         server.router(),
         listener,
         tls,
+        limits,
         std::future::pending(),
     ));
     let kubeconfig = dir.path().join("kubeconfig");

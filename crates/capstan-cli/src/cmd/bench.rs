@@ -67,6 +67,31 @@ struct Figures {
     rss_mib: f64,
     peak_rss_mib: f64,
     restart_to_ready_seconds: f64,
+    /// Highest RSS while idle for a little over one garbage-collector sweep interval.
+    idle_rss_mib: f64,
+    /// Peak memory above the resting RSS one request of each kind costs (a list without a
+    /// limit, the same list as a Table, a watch without a resourceVersion).
+    list_extra_mib: f64,
+    table_extra_mib: f64,
+    watch_extra_mib: f64,
+}
+
+/// Resets the peak (VmHWM) of a process, so that the next peak is one request's.
+fn reset_peak(pid: u32) {
+    // Writing 5 to clear_refs resets the peak resident set size (Linux 4.0 and later).
+    let _ = std::fs::write(format!("/proc/{pid}/clear_refs"), "5");
+}
+
+/// The peak memory above the resting RSS that `request` costs the server `pid`.
+async fn request_extra_mib(
+    pid: u32,
+    request: impl std::future::Future<Output = anyhow::Result<()>>,
+) -> anyhow::Result<f64> {
+    let (resting, _) = rss_mib(pid);
+    reset_peak(pid);
+    request.await?;
+    let (_, peak) = rss_mib(pid);
+    Ok((peak - resting).max(0.0))
 }
 
 fn now_nanos() -> u64 {
@@ -188,6 +213,16 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
                 f.peak_rss_mib,
                 f.restart_to_ready_seconds
             );
+            if f.idle_rss_mib > 0.0 {
+                println!(
+                    "{:<8} idle RSS {:.1} MiB; one request's peak above rest: list {:.1} MiB, Table {:.1} MiB, watch {:.1} MiB",
+                    f.system,
+                    f.idle_rss_mib,
+                    f.list_extra_mib,
+                    f.table_extra_mib,
+                    f.watch_extra_mib
+                );
+            }
         }
     }
     Ok(Exit::Ok)
@@ -374,6 +409,40 @@ async fn bench_capstan(args: &Args) -> anyhow::Result<Figures> {
     // A full list, as a controller's first sync does, before memory is read.
     kube_send(&client, "GET", collection, Vec::new()).await?;
     (figures.rss_mib, figures.peak_rss_mib) = rss_mib(child.id());
+    let pid = child.id();
+    figures.list_extra_mib = request_extra_mib(pid, async {
+        kube_send(&client, "GET", collection, Vec::new()).await?;
+        Ok(())
+    })
+    .await?;
+    figures.table_extra_mib = request_extra_mib(pid, async {
+        let request = http::Request::get(collection)
+            .header("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
+            .body(Vec::new())?;
+        client
+            .request_text(request)
+            .await
+            .map_err(crate::client::api_error)?;
+        Ok(())
+    })
+    .await?;
+    figures.watch_extra_mib = request_extra_mib(pid, async {
+        let request = http::Request::get(format!("{collection}?watch=true&timeoutSeconds=1"))
+            .body(Vec::new())?;
+        client
+            .request_text(request)
+            .await
+            .map_err(crate::client::api_error)?;
+        Ok(())
+    })
+    .await?;
+    // Idle for a little over one sweep of the garbage collector, sampled every second.
+    let idle_until =
+        Instant::now() + capstan_controllers::gc::DEFAULT_SWEEP_INTERVAL + Duration::from_secs(5);
+    while Instant::now() < idle_until {
+        figures.idle_rss_mib = figures.idle_rss_mib.max(rss_mib(pid).0);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(i32::try_from(child.id())?),
         nix::sys::signal::Signal::SIGTERM,

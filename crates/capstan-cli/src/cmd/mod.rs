@@ -17,6 +17,7 @@ mod lint;
 mod ramdisk;
 mod render;
 mod serve;
+mod undecodable;
 
 use crate::output::{Exit, Style};
 
@@ -54,6 +55,8 @@ pub enum Command {
     /// The provisioning ramdisk the BareMetalHost controller boots hosts into.
     #[command(subcommand)]
     Ramdisk(ramdisk::RamdiskCommand),
+    /// List (and with --remove, remove) stored rows the server cannot decode.
+    Undecodable(undecodable::Args),
 }
 
 /// What `capstan bench` measures.
@@ -89,5 +92,6 @@ pub fn run(command: Command, style: &Style) -> anyhow::Result<Exit> {
         Command::Controllers(args) => controllers::run(args, style),
         Command::Crds(args) => crds::run(args),
         Command::Ramdisk(command) => ramdisk::run(command, style),
+        Command::Undecodable(args) => undecodable::run(args, style),
     }
 }
