@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # capstan's main job on a fresh clone: build, render the bundled example cluster (examples/capi-1.yaml),
 # lint it, start the embedded management plane, apply the hosts and watch them go through their
-# lifecycle, then apply the cluster and show it all.
+# lifecycle, then apply the cluster and watch it come up: hosts claimed and provisioned with kubeadm
+# bootstrap data, the control plane initialised and joined, the worker, Cilium by ClusterResourceSet.
 #
 #   scripts/demo.sh          run the demo; `capstan serve` keeps running afterwards (it says how to stop it)
 #   scripts/demo.sh stop     stop the server a previous run left running
@@ -9,8 +10,11 @@
 # The example's BMCs are real Redfish addresses on 127.0.0.1:8000 that nothing answers on a fresh
 # machine, so the demo renders the bundle with `--fake-bmcs`: each host's BMC becomes capstan's
 # in-memory fake BMC (fake://), whose simulated agent inspects and provisions in a fraction of a
-# second. Only the machines are simulated; the API, the store and the BareMetalHost controller are
-# the real ones.
+# second. The server runs with --simulate-workloads: capstan also plays each workload cluster (its
+# API server, its Nodes registering when a host's bootstrap data would run kubeadm). Only the
+# machines and the workload clusters are simulated; the API, the store and every controller (hosts,
+# Cluster API core, kubeadm bootstrap and control plane, Metal3, ClusterResourceSet,
+# MachineHealthCheck) are the real ones.
 #
 # What it leaves behind, and says so: out/capi-1 (the rendered bundle) and .capstan/demo (the server's
 # data directory, kubeconfig, log and pid file), and the running server. On any failure it stops the
@@ -111,7 +115,9 @@ fi
 say "starting capstan serve (a fresh data directory: $data_dir)"
 rm -rf "$data_dir"
 mkdir -p "$data_dir"
-"$capstan" serve --data-dir "$data_dir" --listen "$listen" \
+# --simulate-workloads: the example's hosts have fake BMCs, so capstan also plays each workload
+# cluster (its API server, its Nodes joining); see docs/clusters.md for what is simulated.
+"$capstan" serve --simulate-workloads --data-dir "$data_dir" --listen "$listen" \
   >"$data_dir/serve.out" 2>"$data_dir/serve.log" &
 server_pid=$!
 echo "$server_pid" >"$pid_file"
@@ -174,26 +180,51 @@ say "applying the hosts: registration, inspection by the (simulated) agent, then
 "$capstan" apply -f "$bundle/hosts"
 wait_for_hosts available
 
-# Until the cluster controllers provision hosts for the cluster, one host is provisioned and released
-# by hand to show the rest of the lifecycle; it ends `available` again, ready for the cluster.
-host=capi-1-worker-0
-if command -v kubectl >/dev/null; then
-  say "provisioning $host by hand (setting the example's image), then releasing it"
-  image='{"url":"http://netboot.example.com/images/fedora-43-ext4-k8s.raw","checksum":"5f4dcc3b5aa765d61d8327deb882cf99d8b2b1c09b7e2b8a5b0ef9c8e6ad4c1f","checksumType":"sha256","format":"raw"}'
-  kubectl patch baremetalhost "$host" --type merge -p "{\"spec\":{\"image\":$image}}"
-  wait_for_hosts provisioned "$host"
-  kubectl patch baremetalhost "$host" --type merge -p '{"spec":{"image":null}}'
-  wait_for_hosts available "$host"
-else
-  say "kubectl is not installed: skipping provisioning $host by hand"
-fi
-
 # --- the cluster -------------------------------------------------------------------------------------
 say "applying the cluster: Cluster, Metal3Cluster, KubeadmControlPlane, MachineDeployment, Cilium"
 "$capstan" apply -f "$bundle/cluster"
-# CLUSTER: once capstan's cluster controllers exist, wait here (bounded, polling) until the capi-1
-# cluster is up: its hosts provisioned, the control plane initialized, the workload kubeconfig
-# Secret present. Until then the cluster objects are stored and shown, and nothing reconciles them.
+
+# Polls the Machines, printing each change, until N of them are Running with a Node.
+wait_for_machines() {
+  local want=$1 deadline=$((SECONDS + step_timeout)) previous= table running
+  while :; do
+    table=$("$capstan" get machines --color never 2>/dev/null || true)
+    if [ "$table" != "$previous" ]; then
+      echo "$table" | sed 's/^/  /'
+      echo
+      previous=$table
+    fi
+    running=$(awk 'NR > 1 && / Running / && $0 !~ /<none>/ { n++ } END { print n + 0 }' <<<"$table")
+    if [ "$running" -ge "$want" ]; then
+      return 0
+    fi
+    if [ $SECONDS -ge $deadline ]; then
+      echo "the cluster's machines did not all reach Running within $step_timeout s" >&2
+      echo "(\`capstan describe cluster capi-1\` says why; the server's log is $data_dir/serve.log)" >&2
+      return 1
+    fi
+    sleep 1
+  done
+}
+say "the cluster comes up: hosts claimed and provisioned with kubeadm bootstrap data, the control"
+echo "    plane initialised on the first, the others joining one at a time, then the worker"
+wait_for_machines 4
+say "capstan describe cluster capi-1"
+"$capstan" describe cluster capi-1
+"$capstan" kubeconfig capi-1 >"$data_dir/capi-1.kubeconfig"
+if command -v kubectl >/dev/null; then
+  say "the workload cluster, as its users see it (kubeconfig: $data_dir/capi-1.kubeconfig)"
+  deadline=$((SECONDS + step_timeout))
+  until kubectl --kubeconfig "$data_dir/capi-1.kubeconfig" -n kube-system get daemonset cilium >/dev/null 2>&1; do
+    if [ $SECONDS -ge $deadline ]; then
+      echo "Cilium did not arrive by ClusterResourceSet within $step_timeout s" >&2
+      exit 1
+    fi
+    sleep 1
+  done
+  kubectl --kubeconfig "$data_dir/capi-1.kubeconfig" get nodes -L node-role.kubernetes.io/worker
+  kubectl --kubeconfig "$data_dir/capi-1.kubeconfig" -n kube-system get daemonsets,deployments
+fi
 
 # --- what there is -----------------------------------------------------------------------------------
 say "what the management plane holds"
@@ -214,7 +245,9 @@ capstan serve is running:
   bundle      $bundle
 Use it:
   export KUBECONFIG=$PWD/$data_dir/kubeconfig
-  kubectl get bmh        # or: $capstan get bmh
+  kubectl get bmh,clusters,machines          # or: $capstan get bmh
+  kubectl --kubeconfig $data_dir/capi-1.kubeconfig get nodes   # the (simulated) workload cluster
+  $capstan describe cluster capi-1
 Stop it:
   scripts/demo.sh stop   # or: kill $server_pid
 EOF

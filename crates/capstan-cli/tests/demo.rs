@@ -131,6 +131,8 @@ fn the_demo_runs_from_a_fresh_clone_and_stop_leaves_nothing_running() {
         "ready at https://127.0.0.1:",
         "capi-1-cp-0: available",
         "capi-1-worker-0: available",
+        "capstan describe cluster capi-1",
+        "Cluster/capi-1",
         "capstan serve is running:",
         "scripts/demo.sh stop",
         "KUBECONFIG=",
@@ -149,8 +151,8 @@ fn the_demo_runs_from_a_fresh_clone_and_stop_leaves_nothing_running() {
         .is_ok_and(|s| s.success())
     {
         assert!(
-            stdout.contains("capi-1-worker-0: provisioned"),
-            "with kubectl the demo provisions a host:\n{stdout}"
+            stdout.contains("daemonset.apps/cilium"),
+            "with kubectl the demo shows Cilium in the workload cluster:\n{stdout}"
         );
     }
     assert!(!stdout.contains("cilium install"), "{stdout}");

@@ -1,0 +1,414 @@
+//! The seeds' whole workflow on the embedded default: the capi-1 bundle from `capstan render
+//! examples/capi-1.yaml --fake-bmcs`, applied unchanged to `capstan serve --simulate-workloads`.
+//!
+//! Real: the API server and store, the BareMetalHost controller and provisioner, the Cluster API
+//! core, kubeadm bootstrap and control-plane, Metal3, ClusterResourceSet and MachineHealthCheck
+//! controllers, the CLI, and kubectl. Simulated (by the backend that ships in capstan): the
+//! machines (`fake://` BMCs and the agent's steps) and each workload cluster — its API is a capstan
+//! API server, its Nodes register when a host is provisioned with bootstrap data that runs
+//! `kubeadm init|join`, and its etcd members are recorded. See `crates/capstan-sim`.
+//!
+//! Checked: the Cluster reaches Provisioned; 3 control planes and 1 worker are Running with Nodes,
+//! providerIDs and role labels; the Cilium ClusterResourceSet lands in the workload API (kubectl
+//! against the workload kubeconfig `capstan kubeconfig capi-1` prints); `capstan describe cluster`
+//! shows every object ready; the workers scale 1 → 2 → 1; deleting the Cluster takes every Machine
+//! away and brings every host back to `available`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Serve {
+    child: Child,
+    kubeconfig: PathBuf,
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn serve(data_dir: &Path, log: &Path) -> Serve {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_capstan"))
+        .env("CAPSTAN_LOG", "info")
+        .args(["serve", "--simulate-workloads", "--data-dir"])
+        .arg(data_dir)
+        .args(["--listen", &format!("127.0.0.1:{}", free_port())])
+        .args([
+            "--provisioning-listen",
+            "127.0.0.1:0",
+            "--fake-step-ms",
+            "50",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(std::fs::File::create(log).unwrap()))
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.contains("ready at"), "unexpected first line: {line:?}");
+    Serve {
+        child,
+        kubeconfig: data_dir.join("kubeconfig"),
+    }
+}
+
+fn capstan(kubeconfig: &Path, args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_capstan"))
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .env("NO_COLOR", "1")
+        .env_remove("CAPSTAN_DATA_DIR")
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+fn kubectl(kubeconfig: &Path, args: &[&str]) -> (bool, String) {
+    let out = Command::new("kubectl")
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+fn items(kubeconfig: &Path, resource: &str) -> Vec<Value> {
+    let (ok, out) = kubectl(kubeconfig, &["get", resource, "-o", "json"]);
+    assert!(ok, "kubectl get {resource}: {out}");
+    serde_json::from_str::<Value>(&out).unwrap()["items"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Polls `check` until it returns `Ok`, failing with its last message (and the server log) after
+/// `limit`.
+fn until(what: &str, limit: Duration, log: &Path, mut check: impl FnMut() -> Result<(), String>) {
+    let deadline = Instant::now() + limit;
+    loop {
+        match check() {
+            Ok(()) => return,
+            Err(last) if Instant::now() > deadline => {
+                let log = std::fs::read_to_string(log).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(40).collect();
+                panic!(
+                    "{what}: not within {limit:?}: {last}\n--- server log (last lines) ---\n{}",
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                );
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(300)),
+        }
+    }
+}
+
+fn name(object: &Value) -> &str {
+    object["metadata"]["name"].as_str().unwrap_or_default()
+}
+
+/// Every Machine Running with a Node; `count` of them.
+fn machines_running(kubeconfig: &Path, count: usize) -> Result<(), String> {
+    let machines = items(kubeconfig, "machines.cluster.x-k8s.io");
+    let running = machines
+        .iter()
+        .filter(|m| m["status"]["phase"] == "Running" && m["status"]["nodeRef"]["name"].is_string())
+        .count();
+    if machines.len() == count && running == count {
+        Ok(())
+    } else {
+        Err(format!(
+            "{running} of {} machines Running with a Node (want {count}): {:?}",
+            machines.len(),
+            machines
+                .iter()
+                .map(|m| format!("{}={}", name(m), m["status"]["phase"]))
+                .collect::<Vec<_>>()
+        ))
+    }
+}
+
+fn hosts_in(kubeconfig: &Path, state: &str) -> Result<(), String> {
+    let hosts = items(kubeconfig, "baremetalhosts");
+    let states: Vec<String> = hosts
+        .iter()
+        .map(|h| format!("{}={}", name(h), h["status"]["provisioning"]["state"]))
+        .collect();
+    if !hosts.is_empty()
+        && hosts
+            .iter()
+            .all(|h| h["status"]["provisioning"]["state"] == state)
+    {
+        Ok(())
+    } else {
+        Err(format!("hosts: {states:?}"))
+    }
+}
+
+const EXTRA_WORKER: &str = r#"
+apiVersion: v1
+kind: Secret
+metadata:
+  name: capi-1-worker-1-bmc-secret
+stringData:
+  username: admin
+  password: password
+---
+apiVersion: metal3.io/v1alpha1
+kind: BareMetalHost
+metadata:
+  name: capi-1-worker-1
+  labels:
+    capstan.dev/cluster: capi-1
+    capstan.dev/pool: workers
+    capstan.dev/role: worker
+spec:
+  online: true
+  bmc:
+    address: fake://capi-1/capi-1-worker-1
+    credentialsName: capi-1-worker-1-bmc-secret
+"#;
+
+#[test]
+fn the_capi_1_bundle_becomes_a_running_cluster_scales_and_goes_away() {
+    let work = tempfile::tempdir().unwrap();
+    let bundle = work.path().join("bundle");
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/capi-1.yaml");
+    let (ok, out) = capstan(
+        Path::new("/dev/null"),
+        &[
+            "render",
+            example.to_str().unwrap(),
+            "--fake-bmcs",
+            "-o",
+            bundle.to_str().unwrap(),
+        ],
+    );
+    assert!(ok, "render: {out}");
+    let log = work.path().join("serve.log");
+    let server = serve(&work.path().join("data"), &log);
+    let kc = server.kubeconfig.clone();
+    let (ok, out) = capstan(
+        &kc,
+        &[
+            "apply",
+            "-f",
+            bundle.join("hosts").to_str().unwrap(),
+            "-f",
+            bundle.join("cluster").to_str().unwrap(),
+        ],
+    );
+    assert!(ok, "apply: {out}");
+
+    // The cluster comes up: 3 control planes, then the worker, each with a Node.
+    until("4 machines Running", Duration::from_secs(240), &log, || {
+        machines_running(&kc, 4)
+    });
+    until("Cluster Provisioned", Duration::from_secs(60), &log, || {
+        let clusters = items(&kc, "clusters.cluster.x-k8s.io");
+        match clusters.first() {
+            Some(c) if c["status"]["phase"] == "Provisioned" => Ok(()),
+            other => Err(format!("{:?}", other.map(|c| &c["status"]))),
+        }
+    });
+    let machines = items(&kc, "machines.cluster.x-k8s.io");
+    for machine in &machines {
+        let provider_id = machine["spec"]["providerID"].as_str().unwrap_or_default();
+        assert!(
+            provider_id.starts_with("metal3://default/capi-1-"),
+            "{}: providerID {provider_id:?}",
+            name(machine)
+        );
+    }
+    let kcp = &items(&kc, "kubeadmcontrolplanes")[0];
+    assert_eq!(kcp["status"]["readyReplicas"], 3, "{}", kcp["status"]);
+    assert_eq!(
+        kcp["status"]["initialization"]["controlPlaneInitialized"], true,
+        "{}",
+        kcp["status"]
+    );
+
+    // The workload cluster, as its users see it with kubectl.
+    let (ok, workload_config) = capstan(&kc, &["kubeconfig", "capi-1"]);
+    assert!(ok, "capstan kubeconfig capi-1: {workload_config}");
+    let workload = work.path().join("capi-1.kubeconfig");
+    std::fs::write(&workload, &workload_config).unwrap();
+    let nodes = items(&workload, "nodes");
+    assert_eq!(nodes.len(), 4, "{nodes:?}");
+    for node in &nodes {
+        let provider_id = node["spec"]["providerID"].as_str().unwrap_or_default();
+        assert!(
+            machines
+                .iter()
+                .any(|m| m["spec"]["providerID"].as_str() == Some(provider_id)),
+            "node {} has providerID {provider_id:?}, which no Machine has",
+            name(node)
+        );
+        let labels = &node["metadata"]["labels"];
+        assert!(labels["metal3.io/uuid"].is_string(), "{labels}");
+        if name(node).contains("worker") {
+            assert!(
+                labels.get("node-role.kubernetes.io/worker").is_some(),
+                "the worker's Node has no worker role label: {labels}"
+            );
+        }
+    }
+    until(
+        "Cilium in the workload cluster",
+        Duration::from_secs(60),
+        &log,
+        || {
+            let (ok, out) = kubectl(
+                &workload,
+                &[
+                    "-n",
+                    "kube-system",
+                    "get",
+                    "daemonset",
+                    "cilium",
+                    "-o",
+                    "name",
+                ],
+            );
+            if ok { Ok(()) } else { Err(out) }
+        },
+    );
+    let (ok, out) = kubectl(
+        &workload,
+        &["-n", "kube-system", "get", "deployment", "cilium-operator"],
+    );
+    assert!(ok, "the Cilium operator Deployment did not land: {out}");
+
+    // describe cluster: the tree, every object ready.
+    let (ok, tree) = capstan(&kc, &["describe", "cluster", "capi-1"]);
+    assert!(ok, "describe cluster: {tree}");
+    for part in [
+        "Cluster/capi-1",
+        "KubeadmControlPlane/capi-1-control-plane",
+        "MachineDeployment/capi-1-workers",
+    ] {
+        assert!(
+            tree.contains(part),
+            "describe cluster lacks {part}:\n{tree}"
+        );
+    }
+    let (ok, json) = capstan(&kc, &["describe", "cluster", "capi-1", "-o", "json"]);
+    assert!(ok, "describe cluster -o json: {json}");
+    let description: Value = serde_json::from_str(&json).unwrap();
+    assert!(description.is_object(), "{json}");
+
+    // Workers 1 → 2 (a second host joins the pool) → 1.
+    let extra = work.path().join("extra-worker.yaml");
+    std::fs::write(&extra, EXTRA_WORKER).unwrap();
+    let (ok, out) = capstan(&kc, &["apply", "-f", extra.to_str().unwrap()]);
+    assert!(ok, "apply the extra host: {out}");
+    let (ok, out) = kubectl(
+        &kc,
+        &[
+            "scale",
+            "machinedeployment",
+            "capi-1-workers",
+            "--replicas=2",
+        ],
+    );
+    assert!(ok, "kubectl scale md: {out}");
+    until("5 machines Running", Duration::from_secs(180), &log, || {
+        machines_running(&kc, 5)
+    });
+    let (ok, out) = kubectl(
+        &kc,
+        &[
+            "scale",
+            "machinedeployment",
+            "capi-1-workers",
+            "--replicas=1",
+        ],
+    );
+    assert!(ok, "kubectl scale md: {out}");
+    until("back to 4 machines", Duration::from_secs(180), &log, || {
+        machines_running(&kc, 4)
+    });
+    until(
+        "the freed worker host available again",
+        Duration::from_secs(120),
+        &log,
+        || {
+            let hosts = items(&kc, "baremetalhosts");
+            let available = hosts
+                .iter()
+                .filter(|h| h["status"]["provisioning"]["state"] == "available")
+                .count();
+            if available == 1 {
+                Ok(())
+            } else {
+                Err(format!("{available} hosts available"))
+            }
+        },
+    );
+
+    // Deleting the Cluster takes everything of it away and gives the hosts back.
+    let (ok, out) = capstan(&kc, &["delete", "cluster", "capi-1", "--timeout", "300"]);
+    assert!(ok, "delete cluster: {out}");
+    until("no machines left", Duration::from_secs(120), &log, || {
+        let left = items(&kc, "machines.cluster.x-k8s.io").len()
+            + items(&kc, "metal3machines").len()
+            + items(&kc, "kubeadmconfigs").len();
+        if left == 0 {
+            Ok(())
+        } else {
+            Err(format!(
+                "{left} machines, metal3machines and kubeadmconfigs left"
+            ))
+        }
+    });
+    until(
+        "every host available",
+        Duration::from_secs(180),
+        &log,
+        || hosts_in(&kc, "available"),
+    );
+    for host in items(&kc, "baremetalhosts") {
+        assert!(
+            host["spec"]["consumerRef"].is_null(),
+            "{} is still consumed: {}",
+            name(&host),
+            host["spec"]["consumerRef"]
+        );
+    }
+
+    // The BMC password never reached the log.
+    let log_text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        !log_text.contains("cGFzc3dvcmQ="),
+        "the base64 BMC password is in the log"
+    );
+}
