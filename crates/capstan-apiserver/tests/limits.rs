@@ -300,7 +300,7 @@ fn a_yaml_alias_bomb_is_refused() {
         let prev = format!("*l{}", level - 1);
         yaml.push_str(&format!(
             "  l{level}: &l{level} [{}]\n",
-            vec![prev.as_str(); 10].join(", ")
+            [prev.as_str(); 10].join(", ")
         ));
     }
     let (code, body) = request(&server, "POST", CM, "application/yaml", yaml.as_bytes());
