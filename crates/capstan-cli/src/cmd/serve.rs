@@ -32,9 +32,9 @@ pub struct Args {
     /// Serve the API only; run no controllers in this process.
     #[arg(long)]
     no_controllers: bool,
-    /// Play the workload clusters of `fake://` hosts in this process (capstan-sim): their API,
-    /// Nodes, static pods and etcd, for demos, tests and benchmarks. Other clusters are reached
-    /// through their kubeconfig Secrets as usual.
+    /// Play every workload cluster in this process (capstan-sim): its API, its Nodes joining when
+    /// a `fake://` host is provisioned with bootstrap data, static pods and etcd — for demos, tests
+    /// and benchmarks. No cluster's kubeconfig endpoint is dialled while this is on.
     #[arg(long)]
     simulate_workloads: bool,
     #[command(flatten)]
