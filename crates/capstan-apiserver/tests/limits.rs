@@ -10,6 +10,7 @@ use support::raw::{nested, nested_yaml, request};
 use support::start;
 
 const CM: &str = "/api/v1/namespaces/default/configmaps";
+const CL: &str = "/apis/cluster.x-k8s.io/v1beta2/namespaces/default/clusters";
 
 fn assert_kind_usable(server: &support::Server) {
     let (code, body) = request(server, "GET", CM, "application/json", b"");
@@ -66,11 +67,12 @@ fn objects_nested_deeper_than_the_limit_are_refused_on_every_write_path() {
     assert_kind_usable(&server);
 
     // A JSON patch and a merge patch that grow an object past the limit.
-    let base = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "grows"}, "extra": nested(90)});
+    // A kind whose schema keeps unknown fields (built-in kinds prune them), so the patches can grow it.
+    let base = serde_json::json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "metadata": {"name": "grows"}, "extra": nested(90)});
     let (code, body) = request(
         &server,
         "POST",
-        CM,
+        CL,
         "application/json",
         base.to_string().as_bytes(),
     );
@@ -80,7 +82,7 @@ fn objects_nested_deeper_than_the_limit_are_refused_on_every_write_path() {
     let (code, body) = request(
         &server,
         "PATCH",
-        &format!("{CM}/grows"),
+        &format!("{CL}/grows"),
         "application/json-patch+json",
         patch.to_string().as_bytes(),
     );
@@ -90,7 +92,7 @@ fn objects_nested_deeper_than_the_limit_are_refused_on_every_write_path() {
     let (code, body) = request(
         &server,
         "PATCH",
-        &format!("{CM}/grows"),
+        &format!("{CL}/grows"),
         "application/merge-patch+json",
         merge.to_string().as_bytes(),
     );
@@ -99,7 +101,7 @@ fn objects_nested_deeper_than_the_limit_are_refused_on_every_write_path() {
     let (code, body) = request(
         &server,
         "GET",
-        &format!("{CM}/grows"),
+        &format!("{CL}/grows"),
         "application/json",
         b"",
     );
@@ -107,7 +109,7 @@ fn objects_nested_deeper_than_the_limit_are_refused_on_every_write_path() {
     let (code, body) = request(
         &server,
         "DELETE",
-        &format!("{CM}/grows"),
+        &format!("{CL}/grows"),
         "application/json",
         b"",
     );

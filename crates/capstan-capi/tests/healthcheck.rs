@@ -274,7 +274,16 @@ impl Env {
                     Api::all_with(self.workload.clone(), &node_resource());
                 api.create(
                     &PostParams::default(),
-                    &serde_json::from_value(node).unwrap(),
+                    &serde_json::from_value(node.clone()).unwrap(),
+                )
+                .await
+                .unwrap();
+                // Node status is a subresource: a create leaves it out, as the kubelet's first
+                // status update is what sets it.
+                api.patch_status(
+                    name,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(json!({"status": node["status"]})),
                 )
                 .await
                 .unwrap();

@@ -235,7 +235,12 @@ impl Validator {
             self.violation(
                 path,
                 ViolationKind::Format,
-                format!("{} is not a valid {format}", shown(value)),
+                // `byte` values are base64 data — a Secret's among them: never echoed.
+                if format == "byte" {
+                    "is not valid base64 (format byte; the value is not shown)".to_owned()
+                } else {
+                    format!("{} is not a valid {format}", shown(value))
+                },
             );
         }
         match value {
