@@ -167,6 +167,9 @@ pub enum NodeState {
 #[derive(Clone, Debug)]
 pub struct Observed {
     pub bootstrap: BootstrapState,
+    /// The bootstrap config reports that the node's bootstrap failed (its `BootstrapSucceeded`
+    /// condition is False): `(reason, message)`, shown on the Machine's `BootstrapConfigReady`.
+    pub bootstrap_failure: Option<(String, String)>,
     pub infrastructure: InfraState,
     pub node: NodeState,
     pub addresses: Option<Vec<Value>>,
@@ -206,12 +209,17 @@ pub fn compute_status(
         );
     };
     match &observed.bootstrap {
-        BootstrapState::Ready => set(
-            BOOTSTRAP_CONFIG_READY,
-            TRUE,
-            "DataSecretAvailable",
-            String::new(),
-        ),
+        BootstrapState::Ready => match &observed.bootstrap_failure {
+            // The data was delivered but the node reported a failing step: the node will not
+            // join, and this is why.
+            Some((reason, message)) => set(BOOTSTRAP_CONFIG_READY, FALSE, reason, message.clone()),
+            None => set(
+                BOOTSTRAP_CONFIG_READY,
+                TRUE,
+                "DataSecretAvailable",
+                String::new(),
+            ),
+        },
         BootstrapState::Waiting(why) => set(
             BOOTSTRAP_CONFIG_READY,
             FALSE,
@@ -334,6 +342,21 @@ fn node_error(action: &'static str, node: &str) -> impl FnOnce(kube::Error) -> M
     }
 }
 
+/// The failure a bootstrap config reports for its node (condition `BootstrapSucceeded` False, as
+/// capstan's kubeadm bootstrap records the node's step reports): `(reason, message)`.
+fn bootstrap_failure(config: &kube::api::DynamicObject) -> Option<(String, String)> {
+    config.data["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "BootstrapSucceeded" && c["status"] == "False")
+        .map(|c| {
+            (
+                c["reason"].as_str().unwrap_or("BootstrapFailed").to_owned(),
+                c["message"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+}
+
 impl MachineController {
     /// Reads the bootstrap step; copies `dataSecretName` into the spec when the config has one.
     async fn bootstrap(
@@ -341,7 +364,7 @@ impl MachineController {
         machine: &mut Machine,
         namespace: &str,
         client: &Client,
-    ) -> Result<BootstrapState, MachineError> {
+    ) -> Result<(BootstrapState, Option<(String, String)>), MachineError> {
         let spec_name = machine
             .spec
             .bootstrap
@@ -355,25 +378,31 @@ impl MachineController {
             .clone()
             .filter(|r| !r.name.is_empty())
         else {
-            return Ok(if spec_name.is_some() {
-                BootstrapState::Ready
-            } else {
-                BootstrapState::Missing(
-                    "neither spec.bootstrap.configRef nor spec.bootstrap.dataSecretName is set"
-                        .into(),
-                )
-            });
+            return Ok((
+                if spec_name.is_some() {
+                    BootstrapState::Ready
+                } else {
+                    BootstrapState::Missing(
+                        "neither spec.bootstrap.configRef nor spec.bootstrap.dataSecretName is set"
+                            .into(),
+                    )
+                },
+                None,
+            ));
         };
         let api = Referenced::resolve(client, namespace, &reference).await?;
         let Some(config) = api.get().await? else {
-            return Ok(if spec_name.is_some() {
-                BootstrapState::Ready
-            } else {
-                BootstrapState::Missing(format!(
-                    "{} {} does not exist",
-                    reference.kind, reference.name
-                ))
-            });
+            return Ok((
+                if spec_name.is_some() {
+                    BootstrapState::Ready
+                } else {
+                    BootstrapState::Missing(format!(
+                        "{} {} does not exist",
+                        reference.kind, reference.name
+                    ))
+                },
+                None,
+            ));
         };
         api.adopt(
             &config,
@@ -382,7 +411,8 @@ impl MachineController {
             &[(LABEL_CLUSTER_NAME, machine.spec.cluster_name.as_str())],
         )
         .await?;
-        match contract::data_secret_name(&config) {
+        let failure = bootstrap_failure(&config);
+        let state = match contract::data_secret_name(&config) {
             Some(name) => {
                 if spec_name.as_deref() != Some(name.as_str()) {
                     let machines: Api<Machine> = Api::namespaced(client.clone(), namespace);
@@ -398,22 +428,21 @@ impl MachineController {
                         *machine = updated;
                     }
                 }
-                Ok(BootstrapState::Ready)
+                BootstrapState::Ready
             }
-            None if spec_name.is_some() => Ok(BootstrapState::Ready),
-            None => Ok(BootstrapState::Waiting(
-                match contract::not_ready_reason(&config) {
-                    Some(why) => format!(
-                        "{} {} has no data Secret yet: {why}",
-                        reference.kind, reference.name
-                    ),
-                    None => format!(
-                        "{} {} has no data Secret yet",
-                        reference.kind, reference.name
-                    ),
-                },
-            )),
-        }
+            None if spec_name.is_some() => BootstrapState::Ready,
+            None => BootstrapState::Waiting(match contract::not_ready_reason(&config) {
+                Some(why) => format!(
+                    "{} {} has no data Secret yet: {why}",
+                    reference.kind, reference.name
+                ),
+                None => format!(
+                    "{} {} has no data Secret yet",
+                    reference.kind, reference.name
+                ),
+            }),
+        };
+        Ok((state, failure))
     }
 
     /// Reads the infrastructure step; copies `providerID` (and the failure domain) into the spec.
@@ -802,7 +831,8 @@ impl Reconciler for MachineController {
         // Spec writes below return the object at its new resourceVersion, which the status patch
         // is then guarded by.
         let mut current = (*machine).clone();
-        let bootstrap = self.bootstrap(&mut current, &namespace, &client).await?;
+        let (bootstrap, bootstrap_failure) =
+            self.bootstrap(&mut current, &namespace, &client).await?;
         let (infrastructure, addresses, failure_domain, provider_id) = self
             .infrastructure(&mut current, &namespace, &client)
             .await?;
@@ -811,6 +841,7 @@ impl Reconciler for MachineController {
             .await?;
         let observed = Observed {
             bootstrap,
+            bootstrap_failure,
             infrastructure,
             node,
             addresses,
@@ -996,12 +1027,60 @@ mod tests {
     ) -> Observed {
         Observed {
             bootstrap,
+            bootstrap_failure: None,
             infrastructure,
             node,
             addresses: None,
             failure_domain: None,
             node_info: None,
         }
+    }
+
+    #[test]
+    fn a_failed_bootstrap_step_shows_on_the_machine() {
+        let config: kube::api::DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2", "kind": "KubeadmConfig",
+            "metadata": {"name": "m"},
+            "status": {"conditions": [{"type": "BootstrapSucceeded", "status": "False",
+                "reason": "BootstrapCommandFailed",
+                "message": "step 1/3 failed with exit code 1: sh /etc/prepare.sh"}]},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let failure = bootstrap_failure(&config);
+        assert_eq!(
+            failure.as_ref().map(|(reason, _)| reason.as_str()),
+            Some("BootstrapCommandFailed")
+        );
+        let mut seen = observed(
+            BootstrapState::Ready,
+            InfraState::Provisioned,
+            NodeState::NoProviderId,
+        );
+        seen.bootstrap_failure = failure;
+        let status = compute_status(&machine(&[]), &seen, false, "t");
+        let condition = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == BOOTSTRAP_CONFIG_READY)
+            .unwrap_or_else(|| panic!("no {BOOTSTRAP_CONFIG_READY}"));
+        assert_eq!(condition.status, FALSE);
+        assert_eq!(condition.reason.as_deref(), Some("BootstrapCommandFailed"));
+        assert!(
+            condition
+                .message
+                .as_deref()
+                .unwrap_or_default()
+                .contains("sh /etc/prepare.sh")
+        );
+        // Without a report, delivered data is all the Machine knows.
+        seen.bootstrap_failure = None;
+        let status = compute_status(&machine(&[]), &seen, false, "t");
+        assert!(
+            status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == BOOTSTRAP_CONFIG_READY && c.status == TRUE)
+        );
     }
 
     #[test]
