@@ -10,15 +10,13 @@
 //! hosts, and the host controller.
 
 use crate::output::{Exit, outln};
-use anyhow::{Context, anyhow, bail};
+use anyhow::{Context, bail};
 use futures::{StreamExt, TryStreamExt};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::core::GroupVersionKind;
 use serde::Serialize;
 use serde_json::{Value, json};
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Arguments of `capstan bench clusters`.
@@ -56,30 +54,6 @@ struct Figures {
     server_peak_rss_mib: f64,
     server_rss_mib: f64,
     api_requests: u64,
-}
-
-fn spawn_server(data_dir: &Path, port: u16, args: &Args) -> anyhow::Result<Child> {
-    let exe = std::env::current_exe().context("locating the capstan binary")?;
-    let mut child = Command::new(exe)
-        .args(["serve", "--simulate-workloads", "--data-dir"])
-        .arg(data_dir)
-        .args(["--listen", &format!("127.0.0.1:{port}")])
-        .args(["--provisioning-listen", "127.0.0.1:0"])
-        .args(["--host-concurrency", &args.concurrency.to_string()])
-        .args(["--fake-step-ms", &args.step_ms.to_string()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("starting capstan serve")?;
-    let stdout = child.stdout.take().ok_or_else(|| anyhow!("no stdout"))?;
-    let mut line = String::new();
-    BufReader::new(stdout)
-        .read_line(&mut line)
-        .context("waiting for capstan serve")?;
-    if !line.contains("ready") {
-        bail!("capstan serve did not start: {line:?}");
-    }
-    Ok(child)
 }
 
 fn api(client: &kube::Client, api_version: &str, kind: &str) -> Api<DynamicObject> {
@@ -267,7 +241,13 @@ async fn bench(args: &Args, data_dir: &Path) -> anyhow::Result<Figures> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
-    let mut child = spawn_server(data_dir, port, args)?;
+    let mut child = super::bench_hosts::spawn_server(
+        data_dir,
+        port,
+        args.concurrency,
+        args.step_ms,
+        &["--simulate-workloads"],
+    )?;
     let pid = child.id();
     let result = async {
         let client = capstan_runtime::client_from_kubeconfig(&data_dir.join("kubeconfig")).await?;

@@ -69,15 +69,25 @@ pub(super) fn cpu_seconds(pid: u32) -> f64 {
     (ticks(11) + ticks(12)) / 100.0
 }
 
-fn spawn_server(data_dir: &Path, port: u16, args: &Args) -> anyhow::Result<Child> {
+/// Starts `capstan serve` (this binary) for a benchmark on `port`, with the host controller's
+/// concurrency and the fake agent's step time, plus `extra` arguments; returns once it is ready.
+pub(super) fn spawn_server(
+    data_dir: &Path,
+    port: u16,
+    concurrency: u16,
+    step_ms: u64,
+    extra: &[&str],
+) -> anyhow::Result<Child> {
     let exe = std::env::current_exe().context("locating the capstan binary")?;
     let mut child = Command::new(exe)
-        .args(["serve", "--data-dir"])
+        .arg("serve")
+        .args(extra)
+        .arg("--data-dir")
         .arg(data_dir)
         .args(["--listen", &format!("127.0.0.1:{port}")])
         .args(["--provisioning-listen", "127.0.0.1:0"])
-        .args(["--host-concurrency", &args.concurrency.to_string()])
-        .args(["--fake-step-ms", &args.step_ms.to_string()])
+        .args(["--host-concurrency", &concurrency.to_string()])
+        .args(["--fake-step-ms", &step_ms.to_string()])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -131,7 +141,7 @@ async fn bench(args: &Args, data_dir: &Path) -> anyhow::Result<Figures> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
-    let mut child = spawn_server(data_dir, port, args)?;
+    let mut child = spawn_server(data_dir, port, args.concurrency, args.step_ms, &[])?;
     let pid = child.id();
     let result = async {
         let client = capstan_runtime::client_from_kubeconfig(&data_dir.join("kubeconfig")).await?;
