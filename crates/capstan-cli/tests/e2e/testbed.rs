@@ -77,8 +77,37 @@ fn until(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
 /// libvirtd and virtlogd, with the `default` storage pool sushy's virtual media needs.
 pub struct Libvirt;
 
+/// The network namespace of process `pid` (`net:[4026531840]`), when it can be read.
+fn network_namespace(pid: &str) -> Option<std::path::PathBuf> {
+    std::fs::read_link(format!("/proc/{pid}/ns/net")).ok()
+}
+
+/// The pids of running processes called `name`.
+fn pids_of(name: &str) -> Vec<String> {
+    let out = Command::new("pgrep").args(["-x", name]).output();
+    out.map(|o| {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
 impl Libvirt {
     pub fn ensure() -> Self {
+        // QEMU runs in libvirtd's network namespace and its guests reach the host's loopback there
+        // (10.0.2.2): a libvirtd in another namespace than this test's servers cannot work.
+        let ours = network_namespace("self");
+        for pid in pids_of("libvirtd") {
+            let theirs = network_namespace(&pid);
+            assert!(
+                theirs == ours,
+                "libvirtd (pid {pid}) runs in network namespace {theirs:?}, this test in {ours:?}: its \
+                 VMs could not reach the test's servers. Stop it (`pkill -x libvirtd; pkill -x \
+                 virtlogd`) and run the test again; it starts its own."
+            );
+        }
         if !virsh(&["version"]).0 {
             // QEMU runs as root: libvirt probes QEMU's capabilities as root, and with QEMU as
             // another user that cannot open /dev/kvm it finds its cache stale on every call and
