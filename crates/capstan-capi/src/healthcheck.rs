@@ -354,7 +354,8 @@ impl Trigger {
     /// the message when remediation is short-circuited (or the setting is invalid).
     pub fn allowed(&self, total: usize, unhealthy: usize) -> Result<usize, String> {
         match self {
-            Self::Always => Ok(total.saturating_sub(unhealthy).max(unhealthy)),
+            // Upstream defaults maxUnhealthy to 100%.
+            Self::Always => Ok(total.saturating_sub(unhealthy)),
             Self::AtMost(value) => {
                 let max = int_or_percent(value, total).ok_or_else(|| {
                     format!("maxUnhealthy (unhealthyLessThanOrEqualTo) `{value}` is not a number or a percentage: fix it")

@@ -617,6 +617,21 @@ pub fn render_text(description: &Description, now: jiff::Timestamp, style: &Styl
         }
     }
     flatten(&description.tree, "", true, true, now, &mut rows);
+    // ★ marks each root cause in the tree.
+    for cause in &description.root_causes {
+        let Some(target) = cause.path.last() else {
+            continue;
+        };
+        for row in &mut rows {
+            let name = &row[0];
+            let is_target = name
+                .strip_suffix(target.as_str())
+                .is_some_and(|head| head.is_empty() || head.ends_with(['─', ' ']));
+            if is_target && !row[5].starts_with('★') {
+                row[5] = format!("★ {}", row[5]).trim_end().to_owned();
+            }
+        }
+    }
     let header = ["NAME", "READY", "SEVERITY", "REASON", "SINCE", "MESSAGE"].map(str::to_owned);
     let widths: Vec<usize> = (0..5)
         .map(|i| {
@@ -902,7 +917,7 @@ Cluster/c                                             False  Warning   NotAvaila
     ├─2 Machines...                                   True                                          30m    See c-md-1, c-md-2
     └─Machine/c-md-3                                  False  Warning   NotReady                     30m
       └─MachineInfrastructure - Metal3Machine/m-md-3  False  Warning                                40m
-        └─BareMetalHost/h3                            False  Error     provisioning error           55m    image checksum mismatch
+        └─BareMetalHost/h3                            False  Error     provisioning error           55m    ★ image checksum mismatch
 
 ★ Root cause
   Cluster/c → MachineDeployment/c-md → Machine/c-md-3 → Metal3Machine/m-md-3 → BareMetalHost/h3
