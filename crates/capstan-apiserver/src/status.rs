@@ -59,9 +59,6 @@ pub enum ApiError {
     UnsupportedMediaType(String),
     #[error("{0}")]
     Internal(String),
-    /// A request refused for now, to be retried later (an eviction a PodDisruptionBudget forbids).
-    #[error("{0}")]
-    TooManyRequests(String),
     #[error("Request entity too large: {0}")]
     TooLarge(String),
 }
@@ -79,7 +76,6 @@ impl ApiError {
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
             Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            Self::TooManyRequests(_) => StatusCode::TOO_MANY_REQUESTS,
             Self::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
         }
     }
@@ -97,7 +93,6 @@ impl ApiError {
             Self::Unauthorized => "Unauthorized",
             Self::UnsupportedMediaType(_) => "UnsupportedMediaType",
             Self::Internal(_) => "InternalError",
-            Self::TooManyRequests(_) => "TooManyRequests",
             Self::TooLarge(_) => "RequestEntityTooLarge",
         }
     }

@@ -72,10 +72,8 @@ pub fn run(args: Args, _style: &Style) -> anyhow::Result<Exit> {
             args.kubeconfig.display(),
             args.health_listen
         );
+        // run_controllers gives every controller one kubeconfig-based workload access.
         let mut controller_options = capstan_controllers::ControllerOptions::standalone(options);
-        controller_options.workloads = Some(std::sync::Arc::new(
-            capstan_workload::KubeconfigAccess::new(client.clone()),
-        ));
         if let Some(provisioning) =
             crate::provisioning::start(&args.provisioning, None, shutdown.clone(), client.clone())
                 .await?

@@ -152,11 +152,9 @@ async fn serve(args: Args, style: &Style) -> anyhow::Result<Exit> {
             options.etcd = Some(simulator.clone());
             options.simulator = Some(simulator);
             eprintln!("capstan serve: simulating the workload clusters of fake:// hosts");
-        } else {
-            options.workloads = Some(std::sync::Arc::new(
-                capstan_workload::KubeconfigAccess::new(client.clone()),
-            ));
         }
+        // Without the simulation, run_controllers gives every controller one kubeconfig-based
+        // access to the workload clusters.
         if let Some(provisioning) = crate::provisioning::start(
             &args.provisioning,
             Some(&data_dir),
