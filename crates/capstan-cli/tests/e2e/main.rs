@@ -30,19 +30,9 @@ fn capstan_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_capstan"))
 }
 
-/// The agent binary beside `capstan`. Built here every time: a test run builds `capstan` for
-/// this package but not another package's binary, so one left from an earlier build may speak an
-/// older protocol (cargo makes this a no-op when it is current).
+/// The ramdisk's agent: a binary of this package, so cargo builds it (current) with the tests.
 fn agent_bin() -> PathBuf {
-    let agent = capstan_bin().with_file_name("capstan-agent");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
-        .args(["build", "-p", "capstan-agent", "--bin", "capstan-agent"])
-        .status()
-        .unwrap();
-    assert!(status.success(), "building capstan-agent");
-    assert!(agent.exists(), "{} was not built", agent.display());
-    agent
+    PathBuf::from(env!("CARGO_BIN_EXE_capstan-agent"))
 }
 
 fn capstan(args: &[&str], kubeconfig: &Path) -> (bool, String) {
