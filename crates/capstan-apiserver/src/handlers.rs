@@ -4,6 +4,7 @@
 
 use crate::conversion::{self, EVENTS_STORAGE};
 use crate::lifecycle::{self, WriteScope};
+use crate::patching::PatchKind;
 use crate::registry::Served;
 use crate::selectors::{FieldSelector, LabelSelector, labels_of};
 use crate::status::{ApiError, Cause};
@@ -1164,14 +1165,6 @@ async fn update(state: Arc<ApiState>, request: Request, body: Bytes) -> Result<R
     })
 }
 
-/// The patch kinds of the `Content-Type` header.
-enum PatchKind {
-    Merge,
-    Strategic,
-    Json,
-    Apply,
-}
-
 fn patch_kind(headers: &HeaderMap) -> Result<PatchKind, ApiError> {
     let content_type = headers
         .get(header::CONTENT_TYPE)
@@ -1193,21 +1186,8 @@ fn patch_kind(headers: &HeaderMap) -> Result<PatchKind, ApiError> {
 pub(crate) fn patched(request: &Request, target: &Value, body: &Bytes) -> Result<Value, ApiError> {
     let document: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::BadRequest(format!("the patch is not valid JSON: {e}")))?;
-    let mut out = target.clone();
-    match patch_kind(&request.headers)? {
-        PatchKind::Json => {
-            let ops: json_patch::Patch = serde_json::from_value(document)
-                .map_err(|e| ApiError::BadRequest(format!("the JSON patch is not valid: {e}")))?;
-            json_patch::patch(&mut out, &ops)
-                .map_err(|e| ApiError::BadRequest(format!("the JSON patch failed: {e}")))?;
-        }
-        PatchKind::Merge | PatchKind::Apply => json_patch::merge(&mut out, &document),
-        PatchKind::Strategic => {
-            out = crate::strategic::apply(&out, &document)
-                .map_err(|e| ApiError::BadRequest(e.to_string()))?;
-        }
-    }
-    Ok(out)
+    crate::patching::apply(patch_kind(&request.headers)?, target, &document)
+        .map_err(|e| ApiError::BadRequest(e.to_string()))
 }
 
 /// Whether strategic merge applies: Kubernetes' own kinds (typed, with merge keys) and CRDs; custom

@@ -5,8 +5,25 @@
 //! patch a scratch copy of the stored object and throw it away on failure, so no undo is needed:
 //! the operations are applied without one, and a panic inside the library is still caught and
 //! answered as an invalid patch.
+//!
+//! [`apply`] is the one entry for a patch document of any kind against a value; the fuzz target
+//! `api_patch` drives it.
 
+use serde_json::Value;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+
+/// The patch kinds of the `Content-Type` header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PatchKind {
+    /// `application/merge-patch+json` (RFC 7386).
+    Merge,
+    /// `application/strategic-merge-patch+json`, for Kubernetes' own kinds.
+    Strategic,
+    /// `application/json-patch+json` (RFC 6902).
+    Json,
+    /// `application/apply-patch+yaml`: server-side apply.
+    Apply,
+}
 
 /// Why a JSON patch could not be applied.
 #[derive(Debug, thiserror::Error)]
@@ -17,6 +34,28 @@ pub enum PatchError {
     /// The patch library panicked; the scratch copy was discarded.
     #[error("the patch could not be applied")]
     Internal,
+    /// A JSON patch that is not a list of operations.
+    #[error("the JSON patch is not valid: {0}")]
+    Malformed(#[source] serde_json::Error),
+    /// A strategic merge patch that does not fit the object.
+    #[error(transparent)]
+    Strategic(#[from] crate::strategic::StrategicError),
+}
+
+/// `target` with `document` applied as a patch of `kind` (server-side apply merges, as its field
+/// ownership is decided before this point).
+pub fn apply(kind: PatchKind, target: &Value, document: &Value) -> Result<Value, PatchError> {
+    let mut out = target.clone();
+    match kind {
+        PatchKind::Json => {
+            let ops: json_patch::Patch =
+                serde_json::from_value(document.clone()).map_err(PatchError::Malformed)?;
+            apply_json_patch(&mut out, &ops)?;
+        }
+        PatchKind::Merge | PatchKind::Apply => json_patch::merge(&mut out, document),
+        PatchKind::Strategic => out = crate::strategic::apply(&out, document)?,
+    }
+    Ok(out)
 }
 
 /// Applies `ops` to `scratch`, a copy the caller discards on error (it is left half-patched).

@@ -619,6 +619,16 @@ fn selector_watches_see_objects_enter_and_leave_the_selection() {
         &["create", "configmap", "watched", "--from-literal=a=b"],
         None,
     ));
+    ok(&kubectl(
+        &server,
+        &["create", "configmap", "sentinel", "--from-literal=a=b"],
+        None,
+    ));
+    ok(&kubectl(
+        &server,
+        &["label", "cm", "sentinel", "pick=yes"],
+        None,
+    ));
     let mut watch = Command::new("kubectl")
         .arg("--kubeconfig")
         .arg(&server.kubeconfig)
@@ -638,6 +648,9 @@ fn selector_watches_see_objects_enter_and_leave_the_selection() {
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(watch.stdout.take().unwrap()).lines();
+    // The sentinel's line says kubectl has listed: it watches from that list's resourceVersion, so
+    // every change made after it arrives as an event, however late kubectl started.
+    assert_eq!(lines.next().unwrap().unwrap(), "ADDED sentinel");
     ok(&kubectl(
         &server,
         &["label", "cm", "watched", "pick=yes"],

@@ -219,6 +219,51 @@ fn a_json_patch_whose_undo_would_fail_is_answered_422_and_the_server_keeps_servi
     );
 }
 
+/// The same patch against the `scale` subresource, which patches a view of the object: it went
+/// through the library's undoing `patch` and took the connection down with a panic.
+#[test]
+fn a_json_patch_of_a_scale_subresource_whose_undo_would_fail_is_an_error_not_a_panic() {
+    let server = start();
+    let deployments = "/apis/apps/v1/namespaces/default/deployments";
+    let deployment = serde_json::json!({
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "d"}},
+                 "template": {"metadata": {"labels": {"app": "d"}},
+                              "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}
+    });
+    let (code, body) = request(
+        &server,
+        "POST",
+        deployments,
+        "application/json",
+        deployment.to_string().as_bytes(),
+    );
+    assert_eq!(code, 201, "{body}");
+    let patch =
+        br#"[{"op":"move","from":"/spec/replicas","path":"/spec"},{"op":"remove","path":"/nope"}]"#;
+    let (code, body) = request(
+        &server,
+        "PATCH",
+        &format!("{deployments}/d/scale"),
+        "application/json-patch+json",
+        patch,
+    );
+    assert!(code == 400 || code == 422, "{code} {body}");
+    let (code, body) = request(
+        &server,
+        "GET",
+        &format!("{deployments}/d"),
+        "application/json",
+        b"",
+    );
+    assert_eq!(code, 200, "{body}");
+    let stored: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        stored["spec"]["replicas"], 1,
+        "nothing of the failed patch was written"
+    );
+}
+
 /// A CustomResourceDefinition row nobody can parse (committed by an older capstan) kept the server
 /// from starting. Now it starts, serves, lists the row as undecodable, and removes it on request.
 #[test]
