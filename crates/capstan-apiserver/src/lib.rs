@@ -56,6 +56,20 @@ use std::time::Instant;
 pub use client::in_process_client;
 pub use metrics::Metrics;
 
+/// A write's request body as the handlers read it: a protobuf body transcoded (for Kubernetes' own
+/// kinds, `typed`), then JSON or YAML parsed by its `Content-Type`, then the limits every stored
+/// object must meet. The fuzz target `api_body` drives this path.
+pub fn decode_request_body(
+    typed: bool,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<serde_json::Value, ApiError> {
+    let (headers, body) = wire::request_to_json(typed, headers, body)?;
+    let object = handlers::parse_body(&headers, &body)?;
+    limits::check_object("", "ConfigMap", &object)?;
+    Ok(object)
+}
+
 /// Why the API server could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
