@@ -148,3 +148,313 @@ fn bootstrap_tokens_authenticate_while_their_secret_allows_it() {
     let (code, _) = get_as(&server, &bootstrap_token(), "/api");
     assert_eq!(code, 401);
 }
+
+fn kubectl_as(server: &Server, token: &str, args: &[&str]) -> std::process::Output {
+    let mut all = vec!["--token", token];
+    all.extend_from_slice(args);
+    kubectl(server, &all, None)
+}
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Creates ServiceAccount `name` in `namespace` bound to ClusterRole `role` there, and a token.
+fn service_account_with_role(server: &Server, namespace: &str, name: &str, role: &str) -> String {
+    ok(&kubectl(
+        server,
+        &["-n", namespace, "create", "serviceaccount", name],
+        None,
+    ));
+    ok(&kubectl(
+        server,
+        &[
+            "-n",
+            namespace,
+            "create",
+            "rolebinding",
+            &format!("{name}-{role}"),
+            &format!("--clusterrole={role}"),
+            &format!("--serviceaccount={namespace}:{name}"),
+        ],
+        None,
+    ));
+    ok(&kubectl(
+        server,
+        &["-n", namespace, "create", "token", name],
+        None,
+    ))
+    .trim()
+    .to_owned()
+}
+
+#[test]
+fn rbac_view_and_namespace_admin_are_enforced_with_kube_apiservers_messages() {
+    let server = start();
+    for ns in ["team-a", "team-b"] {
+        ok(&kubectl(&server, &["create", "namespace", ns], None));
+        ok(&kubectl(
+            &server,
+            &[
+                "-n",
+                ns,
+                "create",
+                "configmap",
+                "settings",
+                "--from-literal=a=1",
+            ],
+            None,
+        ));
+        ok(&kubectl(
+            &server,
+            &[
+                "-n",
+                ns,
+                "create",
+                "secret",
+                "generic",
+                "creds",
+                "--from-literal=p=x",
+            ],
+            None,
+        ));
+    }
+    let viewer = service_account_with_role(&server, "team-a", "viewer", "view");
+    let boss = service_account_with_role(&server, "team-a", "boss", "admin");
+
+    // The viewer reads what `view` has in its namespace…
+    let listed = ok(&kubectl_as(
+        &server,
+        &viewer,
+        &["-n", "team-a", "get", "configmaps", "-o", "name"],
+    ));
+    assert!(listed.contains("configmap/settings"), "{listed}");
+    // …but not Secrets, not writes, not another namespace: 403 with kube-apiserver's words.
+    let secrets = kubectl_as(&server, &viewer, &["-n", "team-a", "get", "secrets"]);
+    assert!(!secrets.status.success());
+    assert!(
+        stderr(&secrets).contains(
+            r#"Error from server (Forbidden): secrets is forbidden: User "system:serviceaccount:team-a:viewer" cannot list resource "secrets" in API group "" in the namespace "team-a""#
+        ),
+        "{}",
+        stderr(&secrets)
+    );
+    let secret = kubectl_as(
+        &server,
+        &viewer,
+        &["-n", "team-a", "get", "secret", "creds"],
+    );
+    assert!(
+        stderr(&secret).contains(r#"secrets "creds" is forbidden: User "system:serviceaccount:team-a:viewer" cannot get resource "secrets""#),
+        "{}",
+        stderr(&secret)
+    );
+    let write = kubectl_as(
+        &server,
+        &viewer,
+        &["-n", "team-a", "create", "configmap", "new"],
+    );
+    assert!(
+        stderr(&write).contains(
+            r#"cannot create resource "configmaps" in API group "" in the namespace "team-a""#
+        ),
+        "{}",
+        stderr(&write)
+    );
+    let other = kubectl_as(&server, &viewer, &["-n", "team-b", "get", "configmaps"]);
+    assert!(
+        stderr(&other).contains(r#"in the namespace "team-b""#),
+        "{}",
+        stderr(&other)
+    );
+    let cluster = kubectl_as(&server, &viewer, &["get", "namespaces"]);
+    assert!(
+        stderr(&cluster)
+            .contains(r#"cannot list resource "namespaces" in API group "" at the cluster scope"#),
+        "{}",
+        stderr(&cluster)
+    );
+
+    // The namespace admin writes Secrets and RBAC in its namespace, and nothing in the other.
+    ok(&kubectl_as(
+        &server,
+        &boss,
+        &[
+            "-n",
+            "team-a",
+            "create",
+            "secret",
+            "generic",
+            "more",
+            "--from-literal=k=v",
+        ],
+    ));
+    ok(&kubectl_as(
+        &server,
+        &boss,
+        &[
+            "-n",
+            "team-a",
+            "create",
+            "role",
+            "reader",
+            "--verb=get",
+            "--resource=pods",
+        ],
+    ));
+    ok(&kubectl_as(
+        &server,
+        &boss,
+        &["-n", "team-a", "get", "secret", "creds"],
+    ));
+    let across = kubectl_as(&server, &boss, &["-n", "team-b", "get", "secret", "creds"]);
+    assert!(
+        stderr(&across).contains("(Forbidden)"),
+        "{}",
+        stderr(&across)
+    );
+    let across = kubectl_as(
+        &server,
+        &boss,
+        &["-n", "team-b", "delete", "configmap", "settings"],
+    );
+    assert!(
+        stderr(&across).contains("(Forbidden)"),
+        "{}",
+        stderr(&across)
+    );
+    ok(&kubectl(
+        &server,
+        &["-n", "team-b", "get", "configmap", "settings"],
+        None,
+    ));
+
+    // `kubectl auth can-i` answers from the same policy, for oneself and (as admin) for others.
+    let can = |token: &str, args: &[&str]| {
+        let mut all = vec!["auth", "can-i"];
+        all.extend_from_slice(args);
+        let out = kubectl_as(&server, token, &all);
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    assert_eq!(can(&viewer, &["list", "pods", "-n", "team-a"]), "yes");
+    assert_eq!(can(&viewer, &["get", "secrets", "-n", "team-a"]), "no");
+    assert_eq!(
+        can(&boss, &["create", "rolebindings", "-n", "team-a"]),
+        "yes"
+    );
+    assert_eq!(
+        can(&boss, &["create", "rolebindings", "-n", "team-b"]),
+        "no"
+    );
+    assert_eq!(
+        can(&boss, &["create", "serviceaccounts/token", "-n", "team-a"]),
+        "yes"
+    );
+    assert_eq!(
+        can(&boss, &["list", "baremetalhosts.metal3.io", "-n", "team-a"]),
+        "yes"
+    );
+    assert_eq!(can(&server.token, &["delete", "nodes"]), "yes");
+    // Impersonation: the admin may act as anyone; the answers are the impersonated user's.
+    let as_other = |who: &str, args: &[&str]| {
+        let mut all = vec!["auth", "can-i"];
+        all.extend_from_slice(args);
+        let who = format!("--as={who}");
+        all.push(&who);
+        let out = kubectl(&server, &all, None);
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    assert_eq!(
+        as_other(
+            "system:serviceaccount:team-a:boss",
+            &["get", "secrets", "-n", "team-a"]
+        ),
+        "yes"
+    );
+    assert_eq!(
+        as_other(
+            "system:serviceaccount:team-a:viewer",
+            &["get", "secrets", "-n", "team-a"]
+        ),
+        "no"
+    );
+    assert_eq!(
+        as_other(
+            "system:serviceaccount:team-a:boss",
+            &["get", "secrets", "-n", "team-b"]
+        ),
+        "no"
+    );
+    // …and a user without the `impersonate` verb may not.
+    let refused = kubectl_as(
+        &server,
+        &viewer,
+        &["get", "configmaps", "-n", "team-a", "--as=capstan-admin"],
+    );
+    assert!(
+        stderr(&refused).contains(r#"users "capstan-admin" is forbidden: User "system:serviceaccount:team-a:viewer" cannot impersonate resource "users" in API group "" at the cluster scope"#),
+        "{}",
+        stderr(&refused)
+    );
+    let listed = ok(&kubectl_as(
+        &server,
+        &viewer,
+        &["auth", "can-i", "--list", "-n", "team-a"],
+    ));
+    assert!(
+        listed.contains("configmaps") && !listed.contains("secrets "),
+        "{listed}"
+    );
+    assert!(
+        listed.contains("selfsubjectaccessreviews.authorization.k8s.io"),
+        "{listed}"
+    );
+
+    // Deleting the ServiceAccount revokes its tokens: 401, not 403.
+    ok(&kubectl(
+        &server,
+        &["-n", "team-a", "delete", "serviceaccount", "viewer"],
+        None,
+    ));
+    let revoked = kubectl_as(&server, &viewer, &["-n", "team-a", "get", "configmaps"]);
+    assert!(
+        stderr(&revoked).contains("Unauthorized"),
+        "{}",
+        stderr(&revoked)
+    );
+}
+
+#[test]
+fn whoami_names_every_kind_of_identity() {
+    let server = start();
+    let admin = ok(&kubectl(&server, &["auth", "whoami", "-o", "json"], None));
+    let admin: serde_json::Value = serde_json::from_str(&admin).unwrap();
+    assert_eq!(admin["status"]["userInfo"]["username"], "capstan-admin");
+    assert_eq!(
+        admin["status"]["userInfo"]["groups"],
+        serde_json::json!(["system:masters", "system:authenticated"])
+    );
+    create_bootstrap_secret(
+        &server,
+        TOKEN_ID,
+        TOKEN_SECRET,
+        &[
+            "usage-bootstrap-authentication=true",
+            "auth-extra-groups=system:bootstrappers:kubeadm:default-node-token",
+        ],
+    );
+    let me = ok(&kubectl_as(
+        &server,
+        &bootstrap_token(),
+        &["auth", "whoami"],
+    ));
+    assert!(me.contains("system:bootstrap:abcdef"), "{me}");
+    assert!(
+        me.contains("system:bootstrappers:kubeadm:default-node-token"),
+        "{me}"
+    );
+    let sa = service_account_with_role(&server, "default", "robot", "view");
+    let me = ok(&kubectl_as(&server, &sa, &["auth", "whoami"]));
+    assert!(me.contains("system:serviceaccount:default:robot"), "{me}");
+    assert!(me.contains("system:serviceaccounts:default"), "{me}");
+}
