@@ -458,3 +458,184 @@ fn whoami_names_every_kind_of_identity() {
     assert!(me.contains("system:serviceaccount:default:robot"), "{me}");
     assert!(me.contains("system:serviceaccounts:default"), "{me}");
 }
+
+/// The bindings `kubeadm init` adds, applied with kubectl.
+fn apply_kubeadm_init_policy(server: &Server) {
+    let objects = capstan_apiserver::authz::kubeadm_init_policy();
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects});
+    ok(&kubectl(
+        server,
+        &["apply", "-f", "-"],
+        Some(&list.to_string()),
+    ));
+}
+
+#[test]
+fn a_bootstrap_token_may_request_a_node_certificate_and_nothing_more() {
+    let server = start();
+    create_bootstrap_secret(
+        &server,
+        TOKEN_ID,
+        TOKEN_SECRET,
+        &[
+            "usage-bootstrap-authentication=true",
+            "auth-extra-groups=system:bootstrappers:kubeadm:default-node-token",
+        ],
+    );
+    let token = bootstrap_token();
+    let csr = r#"{"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+        "metadata": {"name": "node-csr-1"},
+        "spec": {"request": "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURSBSRVFVRVNULS0tLS0KLS0tLS1FTkQgQ0VSVElGSUNBVEUgUkVRVUVTVC0tLS0tCg==",
+                 "signerName": "kubernetes.io/kube-apiserver-client-kubelet", "usages": ["client auth"]}}"#;
+    // Before kubeadm's bindings: no CSR rights.
+    let before = kubectl(
+        &server,
+        &["--token", &token, "create", "-f", "-"],
+        Some(csr),
+    );
+    assert!(
+        String::from_utf8_lossy(&before.stderr).contains(
+            r#"User "system:bootstrap:abcdef" cannot create resource "certificatesigningrequests" in API group "certificates.k8s.io" at the cluster scope"#
+        ),
+        "{before:?}"
+    );
+    apply_kubeadm_init_policy(&server);
+    let created = ok(&kubectl(
+        &server,
+        &["--token", &token, "create", "-f", "-"],
+        Some(csr),
+    ));
+    assert!(created.contains("node-csr-1 created"), "{created}");
+    ok(&kubectl_as(&server, &token, &["get", "csr", "node-csr-1"]));
+    let can = |args: &[&str]| {
+        let mut all = vec!["auth", "can-i"];
+        all.extend_from_slice(args);
+        String::from_utf8_lossy(&kubectl_as(&server, &token, &all).stdout)
+            .trim()
+            .to_owned()
+    };
+    assert_eq!(can(&["create", "certificatesigningrequests"]), "yes");
+    assert_eq!(
+        can(&["create", "certificatesigningrequests/nodeclient"]),
+        "yes"
+    );
+    assert_eq!(can(&["get", "nodes"]), "yes");
+    assert_eq!(can(&["delete", "nodes"]), "no");
+    assert_eq!(can(&["list", "secrets", "-n", "kube-system"]), "no");
+    let secrets = kubectl_as(&server, &token, &["-n", "kube-system", "get", "secrets"]);
+    assert!(
+        String::from_utf8_lossy(&secrets.stderr).contains("(Forbidden)"),
+        "{secrets:?}"
+    );
+}
+
+#[test]
+fn client_certificates_name_the_user_and_groups_rbac_then_applies() {
+    let server = start();
+    ok(&kubectl(&server, &["create", "namespace", "team-a"], None));
+    let (cert, key) = capstan_apiserver::tls::issue_client_certificate(
+        &server.dir.path().join("pki"),
+        "alice",
+        &["team-a-devs".to_owned()],
+        30,
+    )
+    .unwrap();
+    let ca = std::fs::read_to_string(&server.ca).unwrap();
+    let config = capstan_apiserver::tls::certificate_kubeconfig(
+        &server.url,
+        &ca,
+        "alice",
+        &cert,
+        &key,
+        "team-a",
+    );
+    let path = server.dir.path().join("alice.kubeconfig");
+    std::fs::write(&path, config).unwrap();
+    let as_alice = |args: &[&str]| {
+        let mut all = vec!["--kubeconfig", path.to_str().unwrap()];
+        all.extend_from_slice(args);
+        std::process::Command::new("kubectl")
+            .args(&all)
+            .env("HOME", server.dir.path())
+            .output()
+            .unwrap()
+    };
+    let me = ok(&as_alice(&["auth", "whoami"]));
+    assert!(me.contains("alice") && me.contains("team-a-devs"), "{me}");
+    let denied = as_alice(&["get", "configmaps"]);
+    assert!(
+        String::from_utf8_lossy(&denied.stderr).contains(
+            r#"User "alice" cannot list resource "configmaps" in API group "" in the namespace "team-a""#
+        ),
+        "{denied:?}"
+    );
+    // A RoleBinding to her group gives her `edit` in team-a, and only there.
+    ok(&kubectl(
+        &server,
+        &[
+            "-n",
+            "team-a",
+            "create",
+            "rolebinding",
+            "devs-edit",
+            "--clusterrole=edit",
+            "--group=team-a-devs",
+        ],
+        None,
+    ));
+    ok(&as_alice(&[
+        "create",
+        "configmap",
+        "mine",
+        "--from-literal=a=b",
+    ]));
+    ok(&as_alice(&["get", "configmap", "mine"]));
+    let elsewhere = as_alice(&["-n", "default", "get", "configmaps"]);
+    assert!(
+        String::from_utf8_lossy(&elsewhere.stderr).contains("(Forbidden)"),
+        "{elsewhere:?}"
+    );
+}
+
+#[test]
+fn older_kubectl_versions_ask_can_i_and_whoami() {
+    let server = start();
+    let viewer = service_account_with_role(&server, "default", "viewer", "view");
+    for version in ["1.27", "1.31"] {
+        let binary =
+            std::path::PathBuf::from(format!("/usr/lib/google-cloud-sdk/bin/kubectl.{version}"));
+        assert!(
+            binary.exists(),
+            "kubectl {version} is missing at {binary:?}"
+        );
+        let run = |args: &[&str]| {
+            let mut all = vec!["--token", viewer.as_str()];
+            all.extend_from_slice(args);
+            support::kubectl_at(&binary, &server, &all, None)
+        };
+        let yes = run(&["auth", "can-i", "list", "pods"]);
+        assert_eq!(
+            String::from_utf8_lossy(&yes.stdout).trim(),
+            "yes",
+            "{version}: {yes:?}"
+        );
+        let no = run(&["auth", "can-i", "get", "secrets"]);
+        assert_eq!(
+            String::from_utf8_lossy(&no.stdout).trim(),
+            "no",
+            "{version}: {no:?}"
+        );
+        let me = run(&["auth", "whoami"]);
+        assert!(
+            String::from_utf8_lossy(&me.stdout).contains("system:serviceaccount:default:viewer"),
+            "{version}: {me:?}"
+        );
+        let denied = run(&["get", "secrets"]);
+        assert!(
+            String::from_utf8_lossy(&denied.stderr).contains(
+                r#"secrets is forbidden: User "system:serviceaccount:default:viewer" cannot list resource "secrets""#
+            ),
+            "{version}: {denied:?}"
+        );
+    }
+}

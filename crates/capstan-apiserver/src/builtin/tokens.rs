@@ -93,13 +93,18 @@ pub struct Claims {
 
 /// The ServiceAccount a token names, if it verifies and has not expired.
 pub fn verify(secret: &str, token: &str) -> Option<Claims> {
+    verify_at(secret, token, jiff::Timestamp::now().as_second())
+}
+
+/// [`verify`] at `now` (seconds since the epoch).
+pub fn verify_at(secret: &str, token: &str, now: i64) -> Option<Claims> {
     let rest = token.strip_prefix(PREFIX)?;
     let (payload, signature) = rest.split_once('.')?;
     let signature = b64().decode(signature).ok()?;
     hmac::verify(&key(secret), payload.as_bytes(), &signature).ok()?;
     let claims: Value = serde_json::from_slice(&b64().decode(payload).ok()?).ok()?;
     let expires = claims["exp"].as_i64()?;
-    if expires <= jiff::Timestamp::now().as_second() {
+    if expires <= now {
         return None;
     }
     Some(Claims {
@@ -148,5 +153,10 @@ mod tests {
             Err(TokenError::TooShort(60))
         ));
         assert_eq!(issued["spec"]["expirationSeconds"], 3600);
+        // Valid until its expiry, not a second longer.
+        let expires = claims.expires;
+        assert!(verify_at("admin-secret", token, expires - 1).is_some());
+        assert_eq!(verify_at("admin-secret", token, expires), None);
+        assert_eq!(verify_at("admin-secret", token, expires + 3600), None);
     }
 }
