@@ -362,6 +362,12 @@ pub async fn authorize(
     } else {
         format!("RBAC: {}", errors.join(", "))
     };
+    let (group, resource, namespace) = attributes
+        .resource
+        .as_ref()
+        .map(|r| (r.group.as_str(), r.resource.as_str(), r.namespace.as_str()))
+        .unwrap_or_default();
+    tracing::info!(user = %user.username, verb = %attributes.verb, group, resource, namespace, path = %attributes.path, "RBAC denied a request");
     Ok(Decision::Deny { reason })
 }
 
@@ -483,6 +489,15 @@ fn cluster_role_binding(name: &str, role: &str, groups: &[&str]) -> Value {
 /// Whether `group` is one of capstan's own API groups (Cluster API, Metal3, IPAM, Cilium).
 fn is_capstan_group(group: &str) -> bool {
     !group.is_empty() && !group.ends_with(".k8s.io") && !matches!(group, "apps" | "policy")
+}
+
+/// The user the controllers inside `capstan serve` act as (bound to ClusterRole
+/// [`CONTROLLERS_USER`] by [`default_policy`]).
+pub const CONTROLLERS_USER: &str = "capstan:controllers";
+
+/// The identity of the in-process controllers.
+pub fn controllers_identity() -> UserInfo {
+    UserInfo::new(CONTROLLERS_USER, &[])
 }
 
 /// The default ClusterRoles and ClusterRoleBindings: kube-apiserver's that matter here
@@ -777,6 +792,33 @@ pub fn default_policy() -> Vec<Value> {
             )],
             None,
         ),
+        // What capstan's controllers need on the management API: their own kinds, the Secrets
+        // and ConfigMaps those reference (BMC credentials, bootstrap data, kubeconfigs, addons),
+        // Events, and Leases for leader election; reading CRDs. Not RBAC, not CRD writes, not
+        // other groups.
+        cluster_role(
+            CONTROLLERS_USER,
+            json!({}),
+            vec![
+                rule(&capstan_groups, &["*"], vec!["*"]),
+                rule(&[""], &["configmaps", "events", "secrets"], vec!["*"]),
+                rule(&[""], &["namespaces"], read()),
+                rule(&["events.k8s.io"], &["events"], vec!["*"]),
+                rule(&["coordination.k8s.io"], &["leases"], vec!["*"]),
+                rule(
+                    &["apiextensions.k8s.io"],
+                    &["customresourcedefinitions"],
+                    read(),
+                ),
+            ],
+            None,
+        ),
+        {
+            let mut binding = cluster_role_binding(CONTROLLERS_USER, CONTROLLERS_USER, &[]);
+            binding["subjects"] =
+                json!([{"apiGroup": RBAC, "kind": "User", "name": CONTROLLERS_USER}]);
+            binding
+        },
         cluster_role_binding("cluster-admin", "cluster-admin", &[MASTERS_GROUP]),
         cluster_role_binding(
             "system:discovery",

@@ -639,3 +639,43 @@ fn older_kubectl_versions_ask_can_i_and_whoami() {
         );
     }
 }
+
+#[test]
+fn the_controllers_role_covers_capstans_kinds_and_not_rbac() {
+    let server = start();
+    let can = |args: &[&str]| {
+        let mut all = vec!["auth", "can-i", "--as=capstan:controllers"];
+        all.extend_from_slice(args);
+        String::from_utf8_lossy(&kubectl(&server, &all, None).stdout)
+            .trim()
+            .to_owned()
+    };
+    for (args, expected) in [
+        (&["patch", "baremetalhosts.metal3.io", "-A"][..], "yes"),
+        (
+            &["update", "machines.cluster.x-k8s.io/status", "-A"][..],
+            "yes",
+        ),
+        (
+            &[
+                "create",
+                "kubeadmconfigs.bootstrap.cluster.x-k8s.io",
+                "-n",
+                "x",
+            ][..],
+            "yes",
+        ),
+        (&["get", "secrets", "-A"][..], "yes"),
+        (&["create", "events.events.k8s.io", "-n", "x"][..], "yes"),
+        (
+            &["update", "leases.coordination.k8s.io", "-n", "kube-system"][..],
+            "yes",
+        ),
+        (&["create", "clusterrolebindings"][..], "no"),
+        (&["create", "customresourcedefinitions"][..], "no"),
+        (&["create", "pods", "-n", "x"][..], "no"),
+        (&["delete", "namespaces"][..], "no"),
+    ] {
+        assert_eq!(can(args), expected, "{args:?}");
+    }
+}
