@@ -145,10 +145,49 @@ impl Rule {
     }
 }
 
-/// The RBAC objects a decision reads, loaded once per decision.
-struct Policy {
+/// The cluster-scoped RBAC objects (ClusterRoles and ClusterRoleBindings), kept between
+/// decisions and dropped whenever a request writes one of them. The epoch is read before loading,
+/// so a load racing with a write is stored under the old epoch and reloaded on the next decision.
+#[derive(Default)]
+pub struct ClusterPolicyCache {
+    epoch: std::sync::atomic::AtomicU64,
+    cached: std::sync::Mutex<Option<(u64, std::sync::Arc<ClusterPolicy>)>>,
+}
+
+/// ClusterRoles by name and ClusterRoleBindings.
+struct ClusterPolicy {
     cluster_roles: HashMap<String, Value>,
     cluster_role_bindings: Vec<Value>,
+}
+
+impl ClusterPolicyCache {
+    /// Forgets the cached objects (after a write to ClusterRoles or ClusterRoleBindings).
+    pub fn invalidate(&self) {
+        self.epoch.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    async fn get(&self, state: &ApiState) -> Result<std::sync::Arc<ClusterPolicy>, AuthzError> {
+        let epoch = self.epoch.load(std::sync::atomic::Ordering::SeqCst);
+        {
+            let cached = self.cached.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((at, policy)) = cached.as_ref()
+                && *at == epoch
+            {
+                return Ok(policy.clone());
+            }
+        }
+        let policy = std::sync::Arc::new(ClusterPolicy {
+            cluster_roles: by_name(list(state, "clusterroles", None).await?),
+            cluster_role_bindings: list(state, "clusterrolebindings", None).await?,
+        });
+        *self.cached.lock().unwrap_or_else(|p| p.into_inner()) = Some((epoch, policy.clone()));
+        Ok(policy)
+    }
+}
+
+/// The RBAC objects a decision reads.
+struct Policy {
+    cluster: std::sync::Arc<ClusterPolicy>,
     /// The Roles and RoleBindings of the namespace asked about.
     roles: HashMap<String, Value>,
     role_bindings: Vec<Value>,
@@ -192,8 +231,7 @@ impl Policy {
             )
         };
         Ok(Self {
-            cluster_roles: by_name(list(state, "clusterroles", None).await?),
-            cluster_role_bindings: list(state, "clusterrolebindings", None).await?,
+            cluster: state.rbac_cache.get(state).await?,
             roles,
             role_bindings,
         })
@@ -213,7 +251,7 @@ impl Policy {
         seen: &mut HashSet<String>,
         rules: &mut Vec<Rule>,
     ) -> bool {
-        let Some(role) = self.cluster_roles.get(name) else {
+        let Some(role) = self.cluster.cluster_roles.get(name) else {
             return false;
         };
         if !seen.insert(name.to_owned()) {
@@ -234,6 +272,7 @@ impl Policy {
             return true;
         }
         let mut members: Vec<&String> = self
+            .cluster
             .cluster_roles
             .iter()
             .filter(|(other, _)| *other != name)
@@ -281,7 +320,7 @@ impl Policy {
     fn rules_for(&self, user: &UserInfo) -> (Vec<Rule>, Vec<String>) {
         let mut rules = Vec::new();
         let mut errors = Vec::new();
-        for binding in &self.cluster_role_bindings {
+        for binding in &self.cluster.cluster_role_bindings {
             if binds(binding, user, "") {
                 match self.binding_rules(binding) {
                     Ok(granted) => rules.extend(granted),
@@ -1034,13 +1073,15 @@ mod tests {
     #[test]
     fn the_default_policy_aggregates_view_into_edit_into_admin() {
         let policy = Policy {
-            cluster_roles: by_name(
-                default_policy()
-                    .into_iter()
-                    .filter(|o| o["kind"] == "ClusterRole")
-                    .collect(),
-            ),
-            cluster_role_bindings: Vec::new(),
+            cluster: std::sync::Arc::new(ClusterPolicy {
+                cluster_roles: by_name(
+                    default_policy()
+                        .into_iter()
+                        .filter(|o| o["kind"] == "ClusterRole")
+                        .collect(),
+                ),
+                cluster_role_bindings: Vec::new(),
+            }),
             roles: HashMap::new(),
             role_bindings: Vec::new(),
         };

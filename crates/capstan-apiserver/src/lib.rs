@@ -96,6 +96,8 @@ pub struct ApiState {
     pub converter: Arc<dyn Converter>,
     pub metrics: Arc<Metrics>,
     auth: Auth,
+    /// The cluster-wide RBAC objects, cached between writes to them.
+    rbac_cache: authz::ClusterPolicyCache,
 }
 
 impl ApiState {
@@ -184,6 +186,7 @@ impl ApiServer {
             converter,
             metrics: Arc::new(Metrics::default()),
             auth,
+            rbac_cache: authz::ClusterPolicyCache::default(),
         });
         builtin::namespaces::spawn(Arc::downgrade(&state));
         Ok(Self { state })
@@ -606,9 +609,14 @@ async fn api(
                 query,
                 headers,
             };
+            let writes_rbac = method != Method::GET
+                && resource_group_is_rbac(&request.path.group, &request.path.plural);
             let mut response = handlers::handle(state.clone(), method, request, body)
                 .await
                 .unwrap_or_else(IntoResponse::into_response);
+            if writes_rbac {
+                state.rbac_cache.invalidate();
+            }
             if wants_protobuf {
                 response = wire::response_to_protobuf(response, &api_version).await;
             }
@@ -637,6 +645,11 @@ async fn api(
         Some(doc) => axum::Json(doc).into_response(),
         None => ApiError::NoSuchResource.into_response(),
     }
+}
+
+/// Whether `group`/`plural` is a cluster-scoped RBAC kind (what [`authz::ClusterPolicyCache`] holds).
+fn resource_group_is_rbac(group: &str, plural: &str) -> bool {
+    group == "rbac.authorization.k8s.io" && matches!(plural, "clusterroles" | "clusterrolebindings")
 }
 
 /// Reads a request body up to [`limits::MAX_REQUEST_BYTES`]; beyond it, 413 with a `Status`.
