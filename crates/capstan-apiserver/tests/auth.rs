@@ -679,3 +679,139 @@ fn the_controllers_role_covers_capstans_kinds_and_not_rbac() {
         assert_eq!(can(args), expected, "{args:?}");
     }
 }
+
+fn post_as(
+    server: &Server,
+    token: &str,
+    path: &str,
+    body: serde_json::Value,
+) -> (u16, serde_json::Value) {
+    let (code, text) = request_as(
+        server,
+        Some(token),
+        "POST",
+        path,
+        "application/json",
+        body.to_string().as_bytes(),
+    );
+    (
+        code,
+        serde_json::from_str(&text).unwrap_or(serde_json::Value::Null),
+    )
+}
+
+#[test]
+fn token_and_subject_access_reviews_answer_at_http_level() {
+    let server = start();
+    let viewer = service_account_with_role(&server, "default", "viewer", "view");
+    // TokenReview: the admin (system:auth-delegator's rights) learns who a token is.
+    let (code, review) = post_as(
+        &server,
+        &server.token,
+        "/apis/authentication.k8s.io/v1/tokenreviews",
+        serde_json::json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": viewer}}),
+    );
+    assert_eq!(code, 201, "{review}");
+    assert_eq!(review["status"]["authenticated"], true);
+    assert_eq!(
+        review["status"]["user"]["username"],
+        "system:serviceaccount:default:viewer"
+    );
+    assert!(
+        review["spec"].get("token").is_none(),
+        "the token is not echoed: {review}"
+    );
+    let (_, review) = post_as(
+        &server,
+        &server.token,
+        "/apis/authentication.k8s.io/v1/tokenreviews",
+        serde_json::json!({"spec": {"token": "abcdef.0000000000000000"}}),
+    );
+    assert_eq!(review["status"]["authenticated"], false, "{review}");
+    // The viewer may not review tokens: 403 with the resource named.
+    let (code, status) = post_as(
+        &server,
+        &viewer,
+        "/apis/authentication.k8s.io/v1/tokenreviews",
+        serde_json::json!({"spec": {"token": "x"}}),
+    );
+    assert_eq!(code, 403, "{status}");
+    assert_eq!(status["reason"], "Forbidden");
+    assert_eq!(status["details"]["kind"], "tokenreviews");
+    assert_eq!(status["details"]["group"], "authentication.k8s.io");
+    // SubjectAccessReview for someone else, and LocalSubjectAccessReview in a namespace.
+    let sar = |path: &str, spec: serde_json::Value| {
+        let (code, review) = post_as(
+            &server,
+            &server.token,
+            path,
+            serde_json::json!({"spec": spec}),
+        );
+        assert_eq!(code, 201, "{review}");
+        review["status"]["allowed"].as_bool().unwrap()
+    };
+    let viewer_user = "system:serviceaccount:default:viewer";
+    assert!(sar(
+        "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+        serde_json::json!({"user": viewer_user, "groups": ["system:serviceaccounts"], "resourceAttributes": {"namespace": "default", "verb": "list", "resource": "pods"}})
+    ));
+    assert!(!sar(
+        "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+        serde_json::json!({"user": viewer_user, "resourceAttributes": {"namespace": "default", "verb": "list", "resource": "secrets"}})
+    ));
+    assert!(sar(
+        "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+        serde_json::json!({"user": "someone", "groups": ["system:authenticated"], "nonResourceAttributes": {"path": "/apis/apps/v1", "verb": "get"}})
+    ));
+    assert!(sar(
+        "/apis/authorization.k8s.io/v1/namespaces/default/localsubjectaccessreviews",
+        serde_json::json!({"user": viewer_user, "resourceAttributes": {"verb": "get", "resource": "configmaps"}})
+    ));
+    let (code, _) = post_as(
+        &server,
+        &server.token,
+        "/apis/authorization.k8s.io/v1/namespaces/default/localsubjectaccessreviews",
+        serde_json::json!({"spec": {"user": viewer_user, "resourceAttributes": {"namespace": "other", "verb": "get", "resource": "configmaps"}}}),
+    );
+    assert_eq!(code, 422);
+    // A binding to a missing role says so in the denial.
+    ok(&kubectl(
+        &server,
+        &[
+            "create",
+            "rolebinding",
+            "ghost",
+            "--clusterrole=does-not-exist",
+            &format!("--user={viewer_user}"),
+        ],
+        None,
+    ));
+    let (code, status) = post_as(
+        &server,
+        &viewer,
+        "/api/v1/namespaces/default/secrets",
+        serde_json::json!({}),
+    );
+    assert_eq!(code, 403);
+    assert!(
+        status["message"].as_str().unwrap().ends_with(
+            r#": RBAC: clusterrole.rbac.authorization.k8s.io "does-not-exist" not found"#
+        ),
+        "{status}"
+    );
+    // The review groups are discoverable.
+    let resources = ok(&kubectl(
+        &server,
+        &[
+            "api-resources",
+            "--api-group=authorization.k8s.io",
+            "-o",
+            "name",
+        ],
+        None,
+    ));
+    assert!(
+        resources.contains("selfsubjectaccessreviews.authorization.k8s.io"),
+        "{resources}"
+    );
+}
