@@ -434,6 +434,160 @@ pub async fn rules_for(
     Ok(policy.rules_for(user))
 }
 
+/// The single-verb, single-resource, single-name pieces of a rule, as requests a holder of the rule
+/// could make; a rule is covered when each of its pieces is allowed.
+fn atoms(rule: &Rule) -> Vec<Attributes> {
+    let mut out = Vec::new();
+    for verb in &rule.verbs {
+        for url in &rule.non_resource_urls {
+            out.push(Attributes {
+                verb: verb.clone(),
+                resource: None,
+                path: url.clone(),
+            });
+        }
+        for group in &rule.api_groups {
+            for resource in &rule.resources {
+                let (resource, subresource) = resource
+                    .split_once('/')
+                    .map_or((resource.as_str(), ""), |(r, s)| (r, s));
+                let names: Vec<String> = if rule.resource_names.is_empty() {
+                    vec![String::new()]
+                } else {
+                    rule.resource_names.clone()
+                };
+                for name in names {
+                    out.push(Attributes {
+                        verb: verb.clone(),
+                        resource: Some(ResourceAttributes {
+                            group: group.clone(),
+                            resource: resource.to_owned(),
+                            subresource: subresource.to_owned(),
+                            name,
+                            ..ResourceAttributes::default()
+                        }),
+                        path: String::new(),
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Refuses a write of a Role, ClusterRole or binding that would grant `user` (a non-admin)
+/// permissions it does not hold, as kube-apiserver's RBAC storage does: allowed when the user
+/// may `escalate` (roles) or `bind` (the role a binding names), or already holds every rule.
+/// `object` is the object as it would be stored.
+pub async fn confirm_no_escalation(
+    state: &ApiState,
+    user: &UserInfo,
+    plural: &str,
+    namespace: &str,
+    object: &Value,
+) -> Result<(), ApiError> {
+    if user.in_group(MASTERS_GROUP) {
+        return Ok(());
+    }
+    let name = object["metadata"]["name"].as_str().unwrap_or_default();
+    let policy = Policy::load(state, namespace).await?;
+    let (requested, shortcut) = match plural {
+        "roles" | "clusterroles" => {
+            let mut rules: Vec<Rule> = object["rules"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(Rule::from_value)
+                .collect();
+            // An aggregation rule can gather anything: it needs full authority.
+            if !object["aggregationRule"]["clusterRoleSelectors"]
+                .as_array()
+                .is_none_or(Vec::is_empty)
+            {
+                rules.push(Rule::from_value(
+                    &json!({"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}),
+                ));
+                rules.push(Rule::from_value(
+                    &json!({"nonResourceURLs": ["*"], "verbs": ["*"]}),
+                ));
+            }
+            let escalate = ResourceAttributes {
+                group: RBAC.into(),
+                resource: plural.into(),
+                namespace: namespace.into(),
+                name: name.into(),
+                ..ResourceAttributes::default()
+            };
+            (rules, ("escalate", escalate))
+        }
+        _ => {
+            let role_ref = &object["roleRef"];
+            let role_name = role_ref["name"].as_str().unwrap_or_default();
+            let kind = role_ref["kind"].as_str().unwrap_or_default();
+            let rules = match kind {
+                "ClusterRole" => policy.cluster_role_rules(role_name),
+                "Role" => policy.roles.get(role_name).map(|role| {
+                    role["rules"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(Rule::from_value)
+                        .collect()
+                }),
+                _ => None,
+            };
+            let Some(rules) = rules else {
+                return Err(ApiError::NotFound {
+                    group: RBAC.into(),
+                    resource: format!("{}s", kind.to_ascii_lowercase()),
+                    name: role_name.to_owned(),
+                });
+            };
+            let bind = ResourceAttributes {
+                group: RBAC.into(),
+                resource: format!("{}s", kind.to_ascii_lowercase()),
+                namespace: namespace.into(),
+                name: role_name.into(),
+                ..ResourceAttributes::default()
+            };
+            (rules, ("bind", bind))
+        }
+    };
+    let (verb, resource) = shortcut;
+    let shortcut = Attributes {
+        verb: verb.into(),
+        resource: Some(resource),
+        path: String::new(),
+    };
+    let (held, _) = policy.rules_for(user);
+    if held.iter().any(|r| r.allows(&shortcut)) {
+        return Ok(());
+    }
+    let missing: Vec<&Rule> = requested
+        .iter()
+        .filter(|rule| {
+            !atoms(rule)
+                .iter()
+                .all(|atom| held.iter().any(|h| h.allows(atom)))
+        })
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let listed: Vec<String> = missing.iter().map(|r| r.to_value().to_string()).collect();
+    Err(ApiError::Forbidden {
+        group: RBAC.into(),
+        resource: plural.into(),
+        name: name.into(),
+        message: format!(
+            "user {:?} (groups={:?}) is attempting to grant RBAC permissions not currently held:\n{}",
+            user.username,
+            user.groups,
+            listed.join("\n")
+        ),
+    })
+}
+
 /// kube-apiserver's message for a denied request (`User "x" cannot list resource "y" in API group
 /// "z" in the namespace "n"`), wrapped as a 403 `Forbidden` Status.
 pub fn forbidden(user: &UserInfo, attributes: &Attributes, reason: &str) -> ApiError {

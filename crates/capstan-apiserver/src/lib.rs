@@ -609,6 +609,9 @@ async fn api(
                 query,
                 headers,
             };
+            if let Err(err) = no_escalation(&state, user.as_ref(), &method, &request, &body).await {
+                return err.into_response();
+            }
             let writes_rbac = method != Method::GET
                 && resource_group_is_rbac(&request.path.group, &request.path.plural);
             let mut response = handlers::handle(state.clone(), method, request, body)
@@ -645,6 +648,44 @@ async fn api(
         Some(doc) => axum::Json(doc).into_response(),
         None => ApiError::NoSuchResource.into_response(),
     }
+}
+
+/// For writes of RBAC objects by users outside `system:masters`: the object as it would be
+/// stored must not grant more than the user holds ([`authz::confirm_no_escalation`]).
+async fn no_escalation(
+    state: &ApiState,
+    user: Option<&axum::Extension<UserInfo>>,
+    method: &Method,
+    request: &handlers::Request,
+    body: &Bytes,
+) -> Result<(), ApiError> {
+    let path = &request.path;
+    let rbac = path.group == "rbac.authorization.k8s.io"
+        && matches!(
+            path.plural.as_str(),
+            "roles" | "clusterroles" | "rolebindings" | "clusterrolebindings"
+        )
+        && path.subresource.is_none();
+    let Some(user) = user else {
+        return Ok(());
+    };
+    if !rbac || user.in_group(authn::MASTERS_GROUP) {
+        return Ok(());
+    }
+    let object = match *method {
+        Method::POST | Method::PUT => handlers::parse_body(&request.headers, body)?,
+        Method::PATCH => {
+            let name = path.name.clone().unwrap_or_default();
+            let current = match state.store.get(request.key(&name)).await? {
+                Some(stored) => handlers::stored_value(&stored)?,
+                None => serde_json::json!({"metadata": {"name": name}}),
+            };
+            handlers::patched(request, &current, body)?
+        }
+        _ => return Ok(()),
+    };
+    let namespace = path.namespace.clone().unwrap_or_default();
+    authz::confirm_no_escalation(state, user, &path.plural, &namespace, &object).await
 }
 
 /// Whether `group`/`plural` is a cluster-scoped RBAC kind (what [`authz::ClusterPolicyCache`] holds).

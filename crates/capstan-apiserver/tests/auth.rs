@@ -329,6 +329,58 @@ fn rbac_view_and_namespace_admin_are_enforced_with_kube_apiservers_messages() {
         None,
     ));
 
+    // …and may grant in it only what it holds itself: no escalation through RBAC writes.
+    let escalate = kubectl_as(
+        &server,
+        &boss,
+        &[
+            "-n",
+            "team-a",
+            "create",
+            "rolebinding",
+            "grab",
+            "--clusterrole=cluster-admin",
+            "--serviceaccount=team-a:boss",
+        ],
+    );
+    assert!(
+        stderr(&escalate).contains(r#"rolebindings.rbac.authorization.k8s.io "grab" is forbidden: user "system:serviceaccount:team-a:boss""#)
+            && stderr(&escalate).contains("is attempting to grant RBAC permissions not currently held"),
+        "{}",
+        stderr(&escalate)
+    );
+    let nodes = kubectl_as(
+        &server,
+        &boss,
+        &[
+            "-n",
+            "team-a",
+            "create",
+            "role",
+            "nodes",
+            "--verb=get",
+            "--resource=nodes",
+        ],
+    );
+    assert!(
+        stderr(&nodes).contains("attempting to grant RBAC permissions not currently held"),
+        "{}",
+        stderr(&nodes)
+    );
+    ok(&kubectl_as(
+        &server,
+        &boss,
+        &[
+            "-n",
+            "team-a",
+            "create",
+            "rolebinding",
+            "viewers",
+            "--clusterrole=view",
+            "--group=team-a-viewers",
+        ],
+    ));
+
     // `kubectl auth can-i` answers from the same policy, for oneself and (as admin) for others.
     let can = |token: &str, args: &[&str]| {
         let mut all = vec!["auth", "can-i"];
