@@ -12,6 +12,7 @@
 #                 and the checks of what capstan-iso writes; `capstan ramdisk build` downloads the
 #                 Debian kernel and busybox-static packages itself (apt-get download)
 #   libvirt-dev, pkg-config - to build libvirt-python
+#   kubernetes (PyPI, pinned) - the official Python client, a second real client of `capstan serve`
 #   cargo-nextest - the test runner (per-test processes and time limits), from crates.io
 # kubectl is part of the machine image (1.32, with 1.27-1.33 in /usr/lib/google-cloud-sdk/bin).
 # Idempotent: packages already present are not reinstalled.
@@ -61,6 +62,13 @@ if ! sushy-emulator --help >/dev/null 2>&1 || ! python3 -c 'import libvirt' 2>/d
   # pyenv only creates shims for new console scripts on a rehash.
   if command -v pyenv >/dev/null; then pyenv rehash; fi
   hash -r
+fi
+
+# The official Python client drives the API server as a second real client (tests/python_client.rs).
+KUBERNETES_PY_VERSION=33.1.0
+if [ "$(python3 -c 'import kubernetes; print(kubernetes.__version__)' 2>/dev/null)" != "$KUBERNETES_PY_VERSION" ]; then
+  echo "installing: kubernetes==$KUBERNETES_PY_VERSION (Python client)"
+  python3 -m pip install --quiet --disable-pip-version-check "kubernetes==$KUBERNETES_PY_VERSION"
 fi
 
 # cargo-nextest runs the suite with a per-test time limit (.config/nextest.toml); built from crates.io.

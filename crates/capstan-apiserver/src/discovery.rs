@@ -27,6 +27,20 @@ pub fn core_versions() -> Value {
     json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []})
 }
 
+/// The registry's groups plus those of the review APIs (which store nothing).
+fn served_groups(registry: &Registry) -> std::collections::BTreeMap<String, Vec<String>> {
+    let mut groups = registry.groups();
+    for (group, versions) in crate::reviews::groups() {
+        let entry = groups.entry(group.to_owned()).or_default();
+        for version in versions {
+            if !entry.iter().any(|v| v == version) {
+                entry.push(version.to_owned());
+            }
+        }
+    }
+    groups
+}
+
 fn group_entry(group: &str, versions: &[String]) -> Value {
     let versions: Vec<Value> = versions
         .iter()
@@ -37,8 +51,7 @@ fn group_entry(group: &str, versions: &[String]) -> Value {
 
 /// `/apis`.
 pub fn group_list(registry: &Registry) -> Value {
-    let groups: Vec<Value> = registry
-        .groups()
+    let groups: Vec<Value> = served_groups(registry)
         .iter()
         .map(|(g, vs)| group_entry(g, vs))
         .collect();
@@ -47,7 +60,7 @@ pub fn group_list(registry: &Registry) -> Value {
 
 /// `/apis/GROUP`, or `None` for an unknown group.
 pub fn group(registry: &Registry, group: &str) -> Option<Value> {
-    let groups = registry.groups();
+    let groups = served_groups(registry);
     let versions = groups.get(group)?;
     let mut entry = group_entry(group, versions);
     if let Some(obj) = entry.as_object_mut() {
@@ -59,7 +72,7 @@ pub fn group(registry: &Registry, group: &str) -> Option<Value> {
 
 /// `/api/v1` or `/apis/GROUP/VERSION`, or `None` when nothing is served there.
 pub fn resource_list(registry: &Registry, group: &str, version: &str) -> Option<Value> {
-    let mut resources = Vec::new();
+    let mut resources = crate::reviews::resources(group, version);
     for crd in registry.iter().filter(|c| c.group == group) {
         let Some(v) = crd.version(version).filter(|v| v.served) else {
             continue;

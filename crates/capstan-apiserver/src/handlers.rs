@@ -336,7 +336,7 @@ pub(crate) async fn handle(
         || request
             .query
             .get("watch")
-            .is_some_and(|v| v == "true" || v == "1");
+            .is_some_and(|v| crate::params::is_true(v));
     match (method, has_name) {
         (Method::GET, true) if watch => watch_collection(state, request).await,
         (Method::GET, true) => get(state, request).await,
@@ -702,7 +702,7 @@ async fn watch_collection(state: Arc<ApiState>, request: Request) -> Result<Resp
     let bookmarks = request
         .query
         .get("allowWatchBookmarks")
-        .is_some_and(|v| v == "true");
+        .is_some_and(|v| crate::params::is_true(v));
     let timeout = request
         .query
         .get("timeoutSeconds")

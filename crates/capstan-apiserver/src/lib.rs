@@ -12,9 +12,15 @@
 //! with their upstream schemas, defaults, `scale`/`eviction`/`binding` subresources, strategic merge
 //! patch and the protobuf wire format; deleting a Namespace deletes its contents.
 //!
-//! Not served: aggregated discovery, server-side apply field ownership (apply patches merge), RBAC
-//! and admission webhooks.
+//! Every request is authenticated ([`authn`]: client certificates, the admin token, ServiceAccount
+//! and bootstrap tokens) and authorized by RBAC ([`authz`], with kube-apiserver's default roles);
+//! the review APIs ([`reviews`]) answer `kubectl auth can-i` and `kubectl auth whoami`.
+//!
+//! Not served: aggregated discovery, server-side apply field ownership (apply patches merge),
+//! impersonation and admission webhooks.
 
+pub mod authn;
+pub mod authz;
 pub mod builtin;
 pub mod client;
 pub mod conn;
@@ -29,6 +35,7 @@ pub mod params;
 pub mod patching;
 pub mod protobuf;
 pub mod registry;
+pub mod reviews;
 pub mod selectors;
 pub mod status;
 pub mod strategic;
@@ -53,7 +60,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock, RwLockWriteGuard};
 use std::time::Instant;
 
-pub use client::in_process_client;
+pub use authn::UserInfo;
+pub use client::{in_process_client, in_process_client_as};
 pub use metrics::Metrics;
 
 /// A write's request body as the handlers read it: a protobuf body transcoded (for Kubernetes' own
@@ -95,10 +103,6 @@ pub struct Auth {
     pub tokens: Vec<String>,
 }
 
-/// The identity a TLS connection proved with a client certificate, inserted by the connection layer.
-#[derive(Clone, Debug)]
-pub struct ClientCertificate;
-
 /// Shared state of all requests.
 pub struct ApiState {
     pub store: Store,
@@ -106,6 +110,8 @@ pub struct ApiState {
     pub converter: Arc<dyn Converter>,
     pub metrics: Arc<Metrics>,
     auth: Auth,
+    /// The cluster-wide RBAC objects, cached between writes to them.
+    rbac_cache: authz::ClusterPolicyCache,
 }
 
 impl ApiState {
@@ -187,12 +193,14 @@ impl ApiServer {
                 }
             }
         }
+        authz::ensure_default_policy(&store).await?;
         let state = Arc::new(ApiState {
             store,
             registry: RwLock::new(registry),
             converter,
             metrics: Arc::new(Metrics::default()),
             auth,
+            rbac_cache: authz::ClusterPolicyCache::default(),
         });
         builtin::namespaces::spawn(Arc::downgrade(&state));
         Ok(Self { state })
@@ -282,6 +290,10 @@ impl ApiServer {
             .route("/apis/{*rest}", any(api))
             .layer(middleware::from_fn_with_state(
                 self.state.clone(),
+                authorize,
+            ))
+            .layer(middleware::from_fn_with_state(
+                self.state.clone(),
                 authenticate,
             ));
         open.merge(protected).with_state(self.state.clone())
@@ -353,37 +365,168 @@ async fn openapi_doc(State(state): State<Arc<ApiState>>, uri: Uri) -> Response {
 
 async fn authenticate(
     State(state): State<Arc<ApiState>>,
+    mut request: HttpRequest,
+    next: Next,
+) -> Response {
+    // A client certificate (or an in-process caller) already named the user.
+    let user = match request.extensions().get::<UserInfo>().cloned() {
+        Some(user) => user,
+        None => {
+            let Some(token) = bearer_token(request.headers()) else {
+                return ApiError::Unauthorized.into_response();
+            };
+            match authn::authenticate_token(&state, &token).await {
+                Ok(user) => user,
+                Err(rejection) => {
+                    // The reason names the kind of credential, never the token.
+                    tracing::info!(reason = %rejection, "refused a bearer token");
+                    return ApiError::Unauthorized.into_response();
+                }
+            }
+        }
+    };
+    let user = match impersonate(&state, user, request.headers()).await {
+        Ok(user) => user,
+        Err(err) => return err.into_response(),
+    };
+    request.extensions_mut().insert(user);
+    next.run(request).await
+}
+
+/// The user a request acts as: the authenticated one, or the one its `Impersonate-User` /
+/// `Impersonate-Group` headers name when RBAC lets the authenticated user `impersonate` them.
+async fn impersonate(
+    state: &ApiState,
+    user: UserInfo,
+    headers: &HeaderMap,
+) -> Result<UserInfo, ApiError> {
+    let values = |name: &str| -> Vec<String> {
+        headers
+            .get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .map(str::to_owned)
+            .collect()
+    };
+    let users = values("impersonate-user");
+    let groups = values("impersonate-group");
+    let Some(target) = users.first() else {
+        if groups.is_empty() {
+            return Ok(user);
+        }
+        return Err(ApiError::BadRequest(
+            "impersonating groups requires impersonating a user (Impersonate-User)".into(),
+        ));
+    };
+    let mut wanted = Vec::new();
+    let service_account = target
+        .strip_prefix("system:serviceaccount:")
+        .and_then(|rest| rest.split_once(':'));
+    wanted.push(match service_account {
+        Some((namespace, name)) => ("serviceaccounts", namespace.to_owned(), name.to_owned()),
+        None => ("users", String::new(), target.clone()),
+    });
+    for group in &groups {
+        wanted.push(("groups", String::new(), group.clone()));
+    }
+    for (resource, namespace, name) in wanted {
+        let attributes = authz::Attributes {
+            verb: "impersonate".into(),
+            resource: Some(authz::ResourceAttributes {
+                resource: resource.into(),
+                namespace,
+                name,
+                ..authz::ResourceAttributes::default()
+            }),
+            path: String::new(),
+        };
+        match authz::authorize(state, &user, &attributes).await? {
+            authz::Decision::Allow => {}
+            authz::Decision::Deny { reason } => {
+                return Err(authz::forbidden(&user, &attributes, &reason));
+            }
+        }
+    }
+    let mut group_refs: Vec<&str> = groups.iter().map(String::as_str).collect();
+    let namespace_group = service_account.map(|(ns, _)| format!("system:serviceaccounts:{ns}"));
+    if let Some(ns_group) = &namespace_group {
+        group_refs.push("system:serviceaccounts");
+        group_refs.push(ns_group);
+    }
+    Ok(UserInfo::new(target.clone(), &group_refs))
+}
+
+/// Refuses what RBAC does not allow the authenticated user, with kube-apiserver's 403.
+async fn authorize(
+    State(state): State<Arc<ApiState>>,
     request: HttpRequest,
     next: Next,
 ) -> Response {
-    let by_certificate = request.extensions().get::<ClientCertificate>().is_some();
-    let by_token = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .is_some_and(|token| {
-            state
-                .auth
-                .tokens
-                .iter()
-                .any(|t| constant_time_eq(t.as_bytes(), token.trim().as_bytes()))
-                || state
-                    .auth
-                    .tokens
-                    .first()
-                    .is_some_and(|key| builtin::tokens::verify(key, token.trim()).is_some())
-        });
-    if by_certificate || by_token {
-        next.run(request).await
-    } else {
-        ApiError::Unauthorized.into_response()
+    let Some(user) = request.extensions().get::<UserInfo>().cloned() else {
+        return ApiError::Unauthorized.into_response();
+    };
+    let attributes = request_attributes(request.method(), request.uri());
+    match authz::authorize(&state, &user, &attributes).await {
+        Ok(authz::Decision::Allow) => next.run(request).await,
+        Ok(authz::Decision::Deny { reason }) => {
+            authz::forbidden(&user, &attributes, &reason).into_response()
+        }
+        Err(err) => ApiError::from(err).into_response(),
     }
 }
 
-/// Compares secrets without an early exit, so timing does not reveal a matching prefix.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// A request's authorization attributes, as kube-apiserver's RequestInfo derives them.
+fn request_attributes(method: &Method, uri: &Uri) -> authz::Attributes {
+    let path = uri.path().to_owned();
+    match target::parse(&path) {
+        Some(target::Target::Resource(resource)) => {
+            let watch = uri
+                .query()
+                .unwrap_or_default()
+                .split('&')
+                .any(|pair| pair.strip_prefix("watch=").is_some_and(params::is_true));
+            let mut query = HashMap::new();
+            if watch {
+                query.insert("watch".to_owned(), "true".to_owned());
+            }
+            let verb = verb(method, &resource, &query).to_owned();
+            // The Namespace object is inside itself: a namespace's admin may read it.
+            let namespace = match (
+                &resource.namespace,
+                resource.group.as_str(),
+                resource.plural.as_str(),
+            ) {
+                (Some(ns), _, _) => ns.clone(),
+                (None, "", "namespaces") => resource.name.clone().unwrap_or_default(),
+                (None, _, _) => String::new(),
+            };
+            authz::Attributes {
+                verb,
+                resource: Some(authz::ResourceAttributes {
+                    group: resource.group,
+                    version: resource.version,
+                    resource: resource.plural,
+                    subresource: resource.subresource.unwrap_or_default(),
+                    namespace,
+                    name: resource.name.unwrap_or_default(),
+                }),
+                path,
+            }
+        }
+        _ => authz::Attributes {
+            verb: method.as_str().to_ascii_lowercase(),
+            resource: None,
+            path,
+        },
+    }
+}
+
+/// The bearer token of an `Authorization` header (the scheme is case-insensitive).
+fn bearer_token(headers: &HeaderMap) -> Option<String> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.trim().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then(|| token.to_owned())
 }
 
 fn verb(
@@ -391,7 +534,7 @@ fn verb(
     path: &target::ResourcePath,
     query: &HashMap<String, String>,
 ) -> &'static str {
-    let watch = path.watch_prefix || query.get("watch").is_some_and(|v| v == "true" || v == "1");
+    let watch = path.watch_prefix || query.get("watch").is_some_and(|v| params::is_true(v));
     match (method.as_str(), path.name.is_some()) {
         ("GET", _) if watch => "watch",
         ("GET", true) => "get",
@@ -407,6 +550,7 @@ fn verb(
 
 async fn api(
     State(state): State<Arc<ApiState>>,
+    user: Option<axum::Extension<UserInfo>>,
     method: Method,
     uri: Uri,
     Query(query): Query<HashMap<String, String>>,
@@ -432,6 +576,34 @@ async fn api(
             discovery::resource_list(&registry, &group, &version)
         }
         target::Target::Resource(path) => {
+            if reviews::is_review(&path.group, &path.version, &path.plural) {
+                drop(registry);
+                let user = user.map(|u| u.0).unwrap_or_default();
+                let wants_protobuf = wire::prefers_protobuf(&headers);
+                let (headers, body) = match wire::request_to_json(true, headers, body) {
+                    Ok(decoded) => decoded,
+                    Err(err) => return err.into_response(),
+                };
+                let body = if body.is_empty() {
+                    serde_json::Value::Null
+                } else {
+                    match handlers::parse_body(&headers, &body) {
+                        Ok(value) => value,
+                        Err(err) => return err.into_response(),
+                    }
+                };
+                let response = match reviews::handle(&state, &user, &path, &method, &body).await {
+                    Some(Ok(response)) => response,
+                    Some(Err(err)) => err.into_response(),
+                    None => ApiError::NoSuchResource.into_response(),
+                };
+                return if wants_protobuf {
+                    let api_version = registry::api_version(&path.group, &path.version);
+                    wire::response_to_protobuf(response, &api_version).await
+                } else {
+                    response
+                };
+            }
             let Some(served) = registry.resolve(&path.group, &path.version, &path.plural) else {
                 return ApiError::NoSuchResource.into_response();
             };
@@ -451,9 +623,17 @@ async fn api(
                 query,
                 headers,
             };
+            if let Err(err) = no_escalation(&state, user.as_ref(), &method, &request, &body).await {
+                return err.into_response();
+            }
+            let writes_rbac = method != Method::GET
+                && resource_group_is_rbac(&request.path.group, &request.path.plural);
             let mut response = handlers::handle(state.clone(), method, request, body)
                 .await
                 .unwrap_or_else(IntoResponse::into_response);
+            if writes_rbac {
+                state.rbac_cache.invalidate();
+            }
             if wants_protobuf {
                 response = wire::response_to_protobuf(response, &api_version).await;
             }
@@ -482,6 +662,49 @@ async fn api(
         Some(doc) => axum::Json(doc).into_response(),
         None => ApiError::NoSuchResource.into_response(),
     }
+}
+
+/// For writes of RBAC objects by users outside `system:masters`: the object as it would be
+/// stored must not grant more than the user holds ([`authz::confirm_no_escalation`]).
+async fn no_escalation(
+    state: &ApiState,
+    user: Option<&axum::Extension<UserInfo>>,
+    method: &Method,
+    request: &handlers::Request,
+    body: &Bytes,
+) -> Result<(), ApiError> {
+    let path = &request.path;
+    let rbac = path.group == "rbac.authorization.k8s.io"
+        && matches!(
+            path.plural.as_str(),
+            "roles" | "clusterroles" | "rolebindings" | "clusterrolebindings"
+        )
+        && path.subresource.is_none();
+    let Some(user) = user else {
+        return Ok(());
+    };
+    if !rbac || user.in_group(authn::MASTERS_GROUP) {
+        return Ok(());
+    }
+    let object = match *method {
+        Method::POST | Method::PUT => handlers::parse_body(&request.headers, body)?,
+        Method::PATCH => {
+            let name = path.name.clone().unwrap_or_default();
+            let current = match state.store.get(request.key(&name)).await? {
+                Some(stored) => handlers::stored_value(&stored)?,
+                None => serde_json::json!({"metadata": {"name": name}}),
+            };
+            handlers::patched(request, &current, body)?
+        }
+        _ => return Ok(()),
+    };
+    let namespace = path.namespace.clone().unwrap_or_default();
+    authz::confirm_no_escalation(state, user, &path.plural, &namespace, &object).await
+}
+
+/// Whether `group`/`plural` is a cluster-scoped RBAC kind (what [`authz::ClusterPolicyCache`] holds).
+fn resource_group_is_rbac(group: &str, plural: &str) -> bool {
+    group == "rbac.authorization.k8s.io" && matches!(plural, "clusterroles" | "clusterrolebindings")
 }
 
 /// Reads a request body up to [`limits::MAX_REQUEST_BYTES`]; beyond it, 413 with a `Status`.

@@ -105,7 +105,30 @@ pub fn prepare_create(
 }
 
 /// Names must be DNS subdomains: lowercase alphanumerics, `-` and `.`, at most 253 characters.
+/// RBAC objects only need to be a path segment (`system:discovery`), as in kube-apiserver.
 fn validate_name(name: &str, kind: &str) -> Result<(), ApiError> {
+    if matches!(
+        kind,
+        "Role" | "ClusterRole" | "RoleBinding" | "ClusterRoleBinding"
+    ) {
+        if !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '%']) {
+            return Ok(());
+        }
+        let message = format!(
+            "Invalid value: {name:?}: may not be '.' or '..' and may not contain '/' or '%'"
+        );
+        return Err(ApiError::Invalid {
+            group: String::new(),
+            kind: kind.to_owned(),
+            name: name.to_owned(),
+            summary: format!("metadata.name: {message}"),
+            causes: vec![Cause {
+                reason: "FieldValueInvalid".into(),
+                message,
+                field: "metadata.name".into(),
+            }],
+        });
+    }
     let ok = !name.is_empty()
         && name.len() <= 253
         && name

@@ -24,6 +24,12 @@ fn check(name: &str, value: &str, allowed: &[&str]) -> Result<(), ApiError> {
     )))
 }
 
+/// A boolean query parameter as kube-apiserver reads it (Go's `strconv.ParseBool`): `watch=True`
+/// from the Python client is as true as `watch=true` from kubectl.
+pub fn is_true(value: &str) -> bool {
+    matches!(value, "1" | "t" | "T" | "true" | "True" | "TRUE")
+}
+
 /// Checks the query's enumerated parameters (empty means "not given").
 pub fn validate(query: &HashMap<String, String>) -> Result<(), ApiError> {
     for (name, allowed) in [

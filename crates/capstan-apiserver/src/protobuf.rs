@@ -3,7 +3,8 @@
 //! protobuf bytes, transcoded to and from the JSON form the rest of the server works with.
 //!
 //! The messages known here are the ones clients send as protobuf in practice (kubectl ≥ 1.32's
-//! `create namespace|secret|configmap|serviceaccount|token`, evictions) and what comes back (those objects, their
+//! `create namespace|secret|configmap|serviceaccount|token|role|rolebinding|clusterrole|…`,
+//! `auth can-i|whoami`, evictions) and what comes back (those objects, their
 //! lists, `Status`, `DeleteOptions`), described by their field numbers in Kubernetes' `generated.proto`
 //! files; other kinds answer `415` to protobuf bodies and are served as JSON. Unknown fields in a
 //! decoded message are skipped, as protobuf readers do.
@@ -309,6 +310,239 @@ const MESSAGES: &[(&str, &[Field])] = &[
             r(2, "items", Msg("ServiceAccount")),
         ],
     ),
+    // rbac.authorization.k8s.io/v1
+    (
+        "PolicyRule",
+        &[
+            r(1, "verbs", Str),
+            r(2, "apiGroups", Str),
+            r(3, "resources", Str),
+            r(4, "resourceNames", Str),
+            r(5, "nonResourceURLs", Str),
+        ],
+    ),
+    (
+        "Role",
+        &[
+            f(1, "metadata", Msg("ObjectMeta")),
+            r(2, "rules", Msg("PolicyRule")),
+        ],
+    ),
+    (
+        "ClusterRole",
+        &[
+            f(1, "metadata", Msg("ObjectMeta")),
+            r(2, "rules", Msg("PolicyRule")),
+            f(3, "aggregationRule", Msg("AggregationRule")),
+        ],
+    ),
+    (
+        "AggregationRule",
+        &[r(1, "clusterRoleSelectors", Msg("LabelSelector"))],
+    ),
+    (
+        "LabelSelector",
+        &[
+            f(1, "matchLabels", MapStr),
+            r(2, "matchExpressions", Msg("LabelSelectorRequirement")),
+        ],
+    ),
+    (
+        "LabelSelectorRequirement",
+        &[f(1, "key", Str), f(2, "operator", Str), r(3, "values", Str)],
+    ),
+    (
+        "RoleBinding",
+        &[
+            f(1, "metadata", Msg("ObjectMeta")),
+            r(2, "subjects", Msg("Subject")),
+            f(3, "roleRef", Msg("RoleRef")),
+        ],
+    ),
+    (
+        "ClusterRoleBinding",
+        &[
+            f(1, "metadata", Msg("ObjectMeta")),
+            r(2, "subjects", Msg("Subject")),
+            f(3, "roleRef", Msg("RoleRef")),
+        ],
+    ),
+    (
+        "Subject",
+        &[
+            f(1, "kind", Str),
+            f(2, "apiGroup", Str),
+            f(3, "name", Str),
+            f(4, "namespace", Str),
+        ],
+    ),
+    (
+        "RoleRef",
+        &[f(1, "apiGroup", Str), f(2, "kind", Str), f(3, "name", Str)],
+    ),
+    (
+        "RoleList",
+        &[
+            f(1, "metadata", Msg("ListMeta")),
+            r(2, "items", Msg("Role")),
+        ],
+    ),
+    (
+        "ClusterRoleList",
+        &[
+            f(1, "metadata", Msg("ListMeta")),
+            r(2, "items", Msg("ClusterRole")),
+        ],
+    ),
+    (
+        "RoleBindingList",
+        &[
+            f(1, "metadata", Msg("ListMeta")),
+            r(2, "items", Msg("RoleBinding")),
+        ],
+    ),
+    (
+        "ClusterRoleBindingList",
+        &[
+            f(1, "metadata", Msg("ListMeta")),
+            r(2, "items", Msg("ClusterRoleBinding")),
+        ],
+    ),
+    // authorization.k8s.io/v1
+    (
+        "SelfSubjectAccessReview",
+        &[
+            f(1, "metadata", Msg("ObjectMeta")),
+            f(2, "spec", Msg("SelfSubjectAccessReviewSpec")),
+            f(3, "status", Msg("SubjectAccessReviewStatus")),
+        ],
+    ),
+    (
+        "SelfSubjectAccessReviewSpec",
+        &[
+            f(1, "resourceAttributes", Msg("ResourceAttributes")),
+            f(2, "nonResourceAttributes", Msg("NonResourceAttributes")),
+        ],
+    ),
+    (
+        "SubjectAccessReview",
+        &[
+            f(1, "metadata", Msg("ObjectMeta")),
+            f(2, "spec", Msg("SubjectAccessReviewSpec")),
+            f(3, "status", Msg("SubjectAccessReviewStatus")),
+        ],
+    ),
+    (
+        "LocalSubjectAccessReview",
+        &[
+            f(1, "metadata", Msg("ObjectMeta")),
+            f(2, "spec", Msg("SubjectAccessReviewSpec")),
+            f(3, "status", Msg("SubjectAccessReviewStatus")),
+        ],
+    ),
+    (
+        "SubjectAccessReviewSpec",
+        &[
+            f(1, "resourceAttributes", Msg("ResourceAttributes")),
+            f(2, "nonResourceAttributes", Msg("NonResourceAttributes")),
+            f(3, "user", Str),
+            r(4, "groups", Str),
+            f(6, "uid", Str),
+        ],
+    ),
+    (
+        "ResourceAttributes",
+        &[
+            f(1, "namespace", Str),
+            f(2, "verb", Str),
+            f(3, "group", Str),
+            f(4, "version", Str),
+            f(5, "resource", Str),
+            f(6, "subresource", Str),
+            f(7, "name", Str),
+        ],
+    ),
+    (
+        "NonResourceAttributes",
+        &[f(1, "path", Str), f(2, "verb", Str)],
+    ),
+    (
+        "SubjectAccessReviewStatus",
+        &[
+            f(1, "allowed", Bool),
+            f(2, "reason", Str),
+            f(3, "evaluationError", Str),
+            f(4, "denied", Bool),
+        ],
+    ),
+    (
+        "SelfSubjectRulesReview",
+        &[
+            f(1, "metadata", Msg("ObjectMeta")),
+            f(2, "spec", Msg("SelfSubjectRulesReviewSpec")),
+            f(3, "status", Msg("SubjectRulesReviewStatus")),
+        ],
+    ),
+    ("SelfSubjectRulesReviewSpec", &[f(1, "namespace", Str)]),
+    (
+        "SubjectRulesReviewStatus",
+        &[
+            r(1, "resourceRules", Msg("ResourceRule")),
+            r(2, "nonResourceRules", Msg("NonResourceRule")),
+            f(3, "incomplete", Bool),
+            f(4, "evaluationError", Str),
+        ],
+    ),
+    (
+        "ResourceRule",
+        &[
+            r(1, "verbs", Str),
+            r(2, "apiGroups", Str),
+            r(3, "resources", Str),
+            r(4, "resourceNames", Str),
+        ],
+    ),
+    (
+        "NonResourceRule",
+        &[r(1, "verbs", Str), r(2, "nonResourceURLs", Str)],
+    ),
+    // authentication.k8s.io/v1 (and v1beta1, the same messages)
+    (
+        "SelfSubjectReview",
+        &[
+            f(1, "metadata", Msg("ObjectMeta")),
+            f(2, "status", Msg("SelfSubjectReviewStatus")),
+        ],
+    ),
+    (
+        "SelfSubjectReviewStatus",
+        &[f(1, "userInfo", Msg("UserInfo"))],
+    ),
+    (
+        "UserInfo",
+        &[f(1, "username", Str), f(2, "uid", Str), r(3, "groups", Str)],
+    ),
+    (
+        "TokenReview",
+        &[
+            f(1, "metadata", Msg("ObjectMeta")),
+            f(2, "spec", Msg("TokenReviewSpec")),
+            f(3, "status", Msg("TokenReviewStatus")),
+        ],
+    ),
+    (
+        "TokenReviewSpec",
+        &[f(1, "token", Str), r(2, "audiences", Str)],
+    ),
+    (
+        "TokenReviewStatus",
+        &[
+            f(1, "authenticated", Bool),
+            f(2, "user", Msg("UserInfo")),
+            f(3, "error", Str),
+            r(4, "audiences", Str),
+        ],
+    ),
 ];
 
 fn fields(message: &str) -> Option<&'static [Field]> {
@@ -335,6 +569,31 @@ fn top_level(api_version: &str, kind: &str) -> Option<&'static str> {
             .find(|(name, _)| *name == kind)
             .map(|(name, _)| *name),
         ("authentication.k8s.io/v1", "TokenRequest") => Some("TokenRequest"),
+        (
+            "rbac.authorization.k8s.io/v1",
+            "Role"
+            | "ClusterRole"
+            | "RoleBinding"
+            | "ClusterRoleBinding"
+            | "RoleList"
+            | "ClusterRoleList"
+            | "RoleBindingList"
+            | "ClusterRoleBindingList",
+        )
+        | (
+            "authorization.k8s.io/v1",
+            "SelfSubjectAccessReview"
+            | "SubjectAccessReview"
+            | "LocalSubjectAccessReview"
+            | "SelfSubjectRulesReview",
+        )
+        | ("authentication.k8s.io/v1", "TokenReview")
+        | ("authentication.k8s.io/v1" | "authentication.k8s.io/v1beta1", "SelfSubjectReview") => {
+            MESSAGES
+                .iter()
+                .find(|(name, _)| *name == kind)
+                .map(|(name, _)| *name)
+        }
         ("policy/v1" | "policy/v1beta1", "Eviction") => Some("Eviction"),
         _ => None,
     }

@@ -55,6 +55,14 @@ pub enum ApiError {
     MethodNotAllowed,
     #[error("Unauthorized")]
     Unauthorized,
+    /// 403: `message` is kube-apiserver's (`User "x" cannot ...`); qualified by resource and name.
+    #[error("{}", forbidden_message(group, resource, name, message))]
+    Forbidden {
+        group: String,
+        resource: String,
+        name: String,
+        message: String,
+    },
     #[error("the body of the request was in an unknown format - accepted media types include: {0}")]
     UnsupportedMediaType(String),
     #[error("{0}")]
@@ -74,6 +82,7 @@ impl ApiError {
             Self::Gone(_) => StatusCode::GONE,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::Forbidden { .. } => StatusCode::FORBIDDEN,
             Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             Self::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
@@ -91,6 +100,7 @@ impl ApiError {
             Self::Gone(_) => "Expired",
             Self::MethodNotAllowed => "MethodNotAllowed",
             Self::Unauthorized => "Unauthorized",
+            Self::Forbidden { .. } => "Forbidden",
             Self::UnsupportedMediaType(_) => "UnsupportedMediaType",
             Self::Internal(_) => "InternalError",
             Self::TooLarge(_) => "RequestEntityTooLarge",
@@ -120,6 +130,12 @@ impl ApiError {
                 name,
             }
             | Self::Conflict {
+                group,
+                resource,
+                name,
+                ..
+            }
+            | Self::Forbidden {
                 group,
                 resource,
                 name,
@@ -197,6 +213,20 @@ impl From<capstan_store::StoreError> for ApiError {
             )),
             other => Self::Internal(other.to_string()),
         }
+    }
+}
+
+/// `NewForbidden`'s message: `<resource>[.<group>] ["name"] is forbidden: <message>`.
+fn forbidden_message(group: &str, resource: &str, name: &str, message: &str) -> String {
+    let qualified = if group.is_empty() {
+        resource.to_owned()
+    } else {
+        format!("{resource}.{group}")
+    };
+    match (qualified.is_empty(), name.is_empty()) {
+        (true, _) => format!("forbidden: {message}"),
+        (false, true) => format!("{qualified} is forbidden: {message}"),
+        (false, false) => format!("{qualified} {name:?} is forbidden: {message}"),
     }
 }
 

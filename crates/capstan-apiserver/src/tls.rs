@@ -234,6 +234,58 @@ impl Credentials {
     }
 }
 
+/// Issues a client certificate for user `user` in `groups` (subject CN and O, as kube-apiserver
+/// reads them), signed by the CA in `pki_dir`, valid for `days`. Answers the certificate and key
+/// in PEM. What the user may do is up to RBAC.
+pub fn issue_client_certificate(
+    pki_dir: &Path,
+    user: &str,
+    groups: &[String],
+    days: i64,
+) -> Result<(String, String), TlsError> {
+    let ca_cert_pem = read(&pki_dir.join("ca.crt"))?;
+    let ca_key = KeyPair::from_pem(&read(&pki_dir.join("ca.key"))?)?;
+    let issuer = Issuer::from_ca_cert_pem(&ca_cert_pem, ca_key)?;
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    let mut dn = name(user);
+    for group in groups {
+        dn.push(DnType::OrganizationName, group.as_str());
+    }
+    params.distinguished_name = dn;
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    let until = jiff::Zoned::now()
+        .date()
+        .checked_add(jiff::Span::new().days(days.clamp(1, 3650)))
+        .unwrap_or(jiff::civil::date(2036, 1, 1));
+    params.not_after = rcgen::date_time_ymd(
+        i32::from(until.year()),
+        u8::try_from(until.month()).unwrap_or(1),
+        u8::try_from(until.day()).unwrap_or(1),
+    );
+    let cert = params.signed_by(&key, &issuer)?;
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
+/// A kubeconfig for `server_url` that authenticates with a client certificate.
+pub fn certificate_kubeconfig(
+    server_url: &str,
+    ca_cert_pem: &str,
+    user: &str,
+    cert_pem: &str,
+    key_pem: &str,
+    namespace: &str,
+) -> String {
+    use base64::Engine;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s.as_bytes());
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: capstan\n  cluster:\n    server: {server_url}\n    certificate-authority-data: {ca}\nusers:\n- name: {user}\n  user:\n    client-certificate-data: {cert}\n    client-key-data: {key}\ncontexts:\n- name: {user}@capstan\n  context:\n    cluster: capstan\n    user: {user}\n    namespace: {namespace}\ncurrent-context: {user}@capstan\n",
+        ca = b64(ca_cert_pem),
+        cert = b64(cert_pem),
+        key = b64(key_pem),
+    )
+}
+
 fn name(common_name: &str) -> DistinguishedName {
     let mut dn = DistinguishedName::new();
     dn.push(DnType::CommonName, common_name);

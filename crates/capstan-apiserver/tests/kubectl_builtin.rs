@@ -310,17 +310,22 @@ fn workload_kinds_are_served_with_schemas_defaults_and_scale() {
         None,
     ));
     let token = token.trim();
-    let namespaces = ok(&kubectl(
+    // It has what its ClusterRole grants (nodes, pods), and nothing else.
+    ok(&kubectl(
         &server,
-        &["--token", token, "get", "ns", "-o", "name"],
+        &["--token", token, "get", "nodes", "-o", "name"],
         None,
     ));
-    assert!(namespaces.contains("namespace/kube-system"), "{namespaces}");
-    let tampered = format!("{token}x");
+    let namespaces = kubectl(&server, &["--token", token, "get", "ns"], None);
     assert!(
-        !kubectl(&server, &["--token", &tampered, "get", "ns"], None)
-            .status
-            .success()
+        String::from_utf8_lossy(&namespaces.stderr).contains("(Forbidden)"),
+        "{namespaces:?}"
+    );
+    let tampered = format!("{token}x");
+    let refused = kubectl(&server, &["--token", &tampered, "get", "nodes"], None);
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("Unauthorized"),
+        "{refused:?}"
     );
     let resources = ok(&kubectl(&server, &["api-resources", "-o", "name"], None));
     for expected in [

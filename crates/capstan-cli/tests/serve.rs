@@ -923,3 +923,101 @@ fn a_second_serve_on_another_port_finds_its_own_provisioning_port() {
         assert_eq!(code, Some(0), "{err}");
     }
 }
+
+#[test]
+fn kubeconfigs_issued_for_a_user_carry_only_the_role_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let port = free_port();
+    let server = serve(&data, port, &["--no-controllers"]);
+    let kubectl = |kubeconfig: &Path, args: &[&str]| {
+        Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(args)
+            .env("HOME", dir.path())
+            .output()
+            .unwrap()
+    };
+    let admin_ok = kubectl(&server.kubeconfig, &["create", "namespace", "team-a"]);
+    assert!(admin_ok.status.success(), "{admin_ok:?}");
+    let data_dir = data.to_str().unwrap();
+    let (ok, config, err) = capstan(
+        &[
+            "kubeconfig",
+            "--data-dir",
+            data_dir,
+            "--user",
+            "alice",
+            "--group",
+            "team-a-devs",
+            "--role",
+            "edit",
+            "-n",
+            "team-a",
+        ],
+        &server.kubeconfig,
+    );
+    assert!(ok, "{err}");
+    assert!(!config.contains("token:"), "{config}");
+    let alice = dir.path().join("alice.kubeconfig");
+    std::fs::write(&alice, &config).unwrap();
+    let me = kubectl(&alice, &["auth", "whoami"]);
+    let me = String::from_utf8_lossy(&me.stdout);
+    assert!(me.contains("alice") && me.contains("team-a-devs"), "{me}");
+    // `edit` in team-a (the context's namespace) …
+    let created = kubectl(
+        &alice,
+        &["create", "configmap", "settings", "--from-literal=a=1"],
+    );
+    assert!(created.status.success(), "{created:?}");
+    let secrets = kubectl(&alice, &["get", "secrets"]);
+    assert!(secrets.status.success(), "{secrets:?}");
+    // … and nothing beyond it.
+    for args in [
+        &["-n", "default", "get", "configmaps"][..],
+        &["get", "namespaces"][..],
+        &[
+            "-n",
+            "team-a",
+            "create",
+            "rolebinding",
+            "x",
+            "--clusterrole=admin",
+            "--user=alice",
+        ][..],
+    ] {
+        let denied = kubectl(&alice, args);
+        let stderr = String::from_utf8_lossy(&denied.stderr);
+        assert!(
+            stderr.contains(r#"User "alice" cannot"#),
+            "{args:?}: {stderr}"
+        );
+    }
+    // Without --role the user may only ask who it is and what it may do.
+    let (ok, config, err) = capstan(
+        &["kubeconfig", "--data-dir", data_dir, "--user", "bob"],
+        &server.kubeconfig,
+    );
+    assert!(ok, "{err}");
+    let bob = dir.path().join("bob.kubeconfig");
+    std::fs::write(&bob, &config).unwrap();
+    let can = kubectl(&bob, &["auth", "can-i", "list", "configmaps"]);
+    assert_eq!(String::from_utf8_lossy(&can.stdout).trim(), "no");
+    let me = kubectl(&bob, &["auth", "whoami"]);
+    assert!(
+        String::from_utf8_lossy(&me.stdout).contains("bob"),
+        "{me:?}"
+    );
+    let (ok, _, err) = capstan(
+        &[
+            "kubeconfig",
+            "--data-dir",
+            data_dir,
+            "--user",
+            "system:admin",
+        ],
+        &server.kubeconfig,
+    );
+    assert!(!ok && err.contains("plain user name"), "{err}");
+}

@@ -261,7 +261,7 @@ async fn scale(
 
 /// Whether a LabelSelector object selects `labels` (a missing selector selects nothing, an empty
 /// one everything, as for PodDisruptionBudgets in `policy/v1`).
-fn selects(selector: &Value, labels: &BTreeMap<String, String>) -> bool {
+pub(crate) fn selects(selector: &Value, labels: &BTreeMap<String, String>) -> bool {
     if !selector.is_object() {
         return false;
     }

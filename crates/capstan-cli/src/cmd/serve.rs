@@ -136,7 +136,11 @@ async fn serve(args: Args, style: &Style) -> anyhow::Result<Exit> {
             .state()
             .metrics
             .with_registry(|registry| metrics.register(registry));
-        let client = capstan_apiserver::in_process_client(server.router());
+        // The controllers act with their own least-privilege role, not as the admin.
+        let client = capstan_apiserver::in_process_client_as(
+            server.router(),
+            capstan_apiserver::authz::controllers_identity(),
+        );
         let mut options = capstan_controllers::ControllerOptions::embedded(
             capstan_runtime::RunOptions::new(shutdown.clone()).with_metrics(metrics),
         );
