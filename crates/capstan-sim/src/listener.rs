@@ -21,7 +21,7 @@ use std::sync::Arc;
 /// Annotation on a simulated Cluster: the loopback URL of its workload API.
 pub const ANNOTATION_API_URL: &str = "sim.capstan.io/api-url";
 
-fn cluster_api(client: &Client, namespace: &str) -> Api<DynamicObject> {
+pub(crate) fn cluster_api(client: &Client, namespace: &str) -> Api<DynamicObject> {
     let resource = kube::api::ApiResource {
         group: "cluster.x-k8s.io".into(),
         version: "v1beta2".into(),
