@@ -40,7 +40,6 @@ struct HostWatch {
     child: Child,
     reader: Option<std::thread::JoinHandle<()>>,
     seen: Arc<Mutex<Vec<Sighting>>>,
-    errors: Arc<Mutex<Vec<String>>>,
 }
 
 impl HostWatch {
@@ -93,7 +92,6 @@ impl HostWatch {
             child,
             reader: Some(reader),
             seen,
-            errors,
         }
     }
 
