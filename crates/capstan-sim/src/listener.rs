@@ -45,6 +45,11 @@ pub async fn ensure(management: &Client, cluster: &Arc<SimCluster>) -> Result<bo
     if cluster.url().is_some() {
         return Ok(true);
     }
+    // Control-plane hosts reconcile concurrently: one of them starts the listener.
+    let _one_starter = cluster.listener_start.lock().await;
+    if cluster.url().is_some() {
+        return Ok(true);
+    }
     let key = &cluster.key;
     let secret_name = format!("{}-ca", key.name);
     let secret = Api::<Secret>::namespaced(management.clone(), &key.namespace)

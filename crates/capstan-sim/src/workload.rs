@@ -43,6 +43,8 @@ pub struct SimCluster {
     pub shutdown: capstan_runtime::CancellationToken,
     /// Serialises read-modify-writes of the simulator's own records.
     records: tokio::sync::Mutex<()>,
+    /// Held while the listener starts, so it starts once.
+    pub(crate) listener_start: tokio::sync::Mutex<()>,
     /// Kept so a temporary store lives as long as the cluster.
     _temp: Option<tempfile::TempDir>,
 }
@@ -98,6 +100,7 @@ impl SimCluster {
             url: Mutex::new(None),
             shutdown: capstan_runtime::CancellationToken::new(),
             records: tokio::sync::Mutex::new(()),
+            listener_start: tokio::sync::Mutex::new(()),
             _temp: temp,
         });
         let members = cluster.recorded_members().await?;

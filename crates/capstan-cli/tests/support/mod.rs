@@ -22,6 +22,11 @@ impl Serve {
     /// Starts `capstan serve --simulate-workloads` on `data_dir` (which may hold an earlier
     /// run's state), appending its log to `log`, and waits for "ready at".
     pub fn start(data_dir: &Path, log: &Path) -> Serve {
+        Self::start_with(data_dir, log, &["--simulate-workloads"])
+    }
+
+    /// Starts `capstan serve` with `extra` arguments.
+    pub fn start_with(data_dir: &Path, log: &Path, extra: &[&str]) -> Serve {
         let log_file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -29,7 +34,9 @@ impl Serve {
             .unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_capstan"))
             .env("CAPSTAN_LOG", "info")
-            .args(["serve", "--simulate-workloads", "--data-dir"])
+            .arg("serve")
+            .args(extra)
+            .arg("--data-dir")
             .arg(data_dir)
             .args(["--listen", &format!("127.0.0.1:{}", free_port())])
             .args([
