@@ -105,8 +105,15 @@ fn secret_names(kc: &Path) -> BTreeSet<String> {
         .collect()
 }
 
+/// Prints how long the phase that just ended took (reported, never asserted).
+fn phase(clock: &mut std::time::Instant, name: &str) {
+    eprintln!("phase {name}: {:.1} s", clock.elapsed().as_secs_f64());
+    *clock = std::time::Instant::now();
+}
+
 #[test]
 fn a_cluster_scales_heals_upgrades_and_goes_away_leaving_nothing() {
+    let mut clock = std::time::Instant::now();
     let work = tempfile::tempdir().unwrap();
     let spec = capi_1_spec(work.path(), |text| {
         let text = text.replace("unhealthyTimeoutSeconds: 300", "unhealthyTimeoutSeconds: 3");
@@ -147,6 +154,7 @@ fn a_cluster_scales_heals_upgrades_and_goes_away_leaving_nothing() {
         nodes_ready(&workload, 4, OLD)
     });
 
+    phase(&mut clock, "created");
     // Bare metal has no spare control-plane host: the old machine goes before its replacement.
     kubectl_ok(
         &kc,
@@ -177,6 +185,7 @@ fn a_cluster_scales_heals_upgrades_and_goes_away_leaving_nothing() {
         nodes_ready(&workload, 6, OLD)
     });
 
+    phase(&mut clock, "scaled to 3");
     // A worker's kubelet stops: its Node turns NotReady, the MachineHealthCheck has the Machine
     // replaced (1 of 3 unhealthy is within maxUnhealthy 40%).
     let machines = items(&kc, "machines.v1beta2.cluster.x-k8s.io");
@@ -250,6 +259,7 @@ fn a_cluster_scales_heals_upgrades_and_goes_away_leaving_nothing() {
     );
     assert_eq!(mhc["status"]["expectedMachines"], 3, "{}", mhc["status"]);
 
+    phase(&mut clock, "remediated");
     // Workers 3 → 1: two worker hosts free again.
     kubectl_ok(
         &kc,
@@ -283,6 +293,7 @@ fn a_cluster_scales_heals_upgrades_and_goes_away_leaving_nothing() {
         nodes_ready(&workload, 4, OLD)
     });
 
+    phase(&mut clock, "scaled to 1");
     // The version bump: the control plane first, one machine at a time on its three hosts.
     let before = names(&items(&kc, "machines.v1beta2.cluster.x-k8s.io"));
     kubectl_ok(
@@ -320,6 +331,7 @@ fn a_cluster_scales_heals_upgrades_and_goes_away_leaving_nothing() {
     );
     assert_eq!(kcp["status"]["upToDateReplicas"], 3, "{}", kcp["status"]);
     assert_eq!(kcp["status"]["version"], NEW, "{}", kcp["status"]);
+    phase(&mut clock, "control plane rolled out");
     kubectl_ok(
         &kc,
         &[
@@ -361,6 +373,7 @@ fn a_cluster_scales_heals_upgrades_and_goes_away_leaving_nothing() {
     let hosts = items(&kc, "baremetalhosts");
     assert_eq!(hosts.len(), 6, "the rollout needed no new host");
 
+    phase(&mut clock, "workers rolled out");
     // Deletion: every host back, nothing of the cluster left.
     let (ok, out) = capstan(&kc, &["delete", "cluster", "capi-1", "--timeout", "300"]);
     assert!(ok, "delete cluster: {out}");
@@ -433,5 +446,6 @@ fn a_cluster_scales_heals_upgrades_and_goes_away_leaving_nothing() {
     let configmaps_after = object_names(&kc, "configmaps");
     let extra: Vec<&String> = configmaps_after.difference(&configmaps_of_bundle).collect();
     assert!(extra.is_empty(), "ConfigMaps left: {extra:?}");
+    phase(&mut clock, "deleted");
     drop(server);
 }
