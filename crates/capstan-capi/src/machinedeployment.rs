@@ -279,6 +279,15 @@ pub fn compute_status(
         .and_then(|s| s.replicas)
         .unwrap_or(0);
     status.up_to_date_replicas = Some(up_to_date);
+    crate::machineset::set_v1beta1_counters(
+        &mut status,
+        &[
+            ("readyReplicas", sum(|s| s.ready_replicas)),
+            ("availableReplicas", available),
+            ("updatedReplicas", up_to_date),
+            ("unavailableReplicas", (replicas - available).max(0)),
+        ],
+    );
     status.selector = Some(selector_string(&deployment.spec.selector));
     status.observed_generation = deployment.metadata.generation;
     status.phase = Some(

@@ -188,6 +188,14 @@ pub fn compute_status(
     status.ready_replicas = Some(ready);
     status.available_replicas = Some(ready);
     status.up_to_date_replicas = Some(replicas);
+    set_v1beta1_counters(
+        &mut status,
+        &[
+            ("readyReplicas", ready),
+            ("availableReplicas", ready),
+            ("fullyLabeledReplicas", replicas),
+        ],
+    );
     status.selector = Some(selector_string(&set.spec.selector));
     status.observed_generation = set.metadata.generation;
     let generation = set.metadata.generation;
@@ -514,6 +522,27 @@ impl Reconciler for MachineSetController {
         } else {
             Action::requeue(WAIT_REQUEUE)
         })
+    }
+}
+
+/// Writes the v1beta1 meaning of the replica counters to `status.deprecated.v1beta1`, where
+/// v1beta1 readers (`kubectl get` in v1beta1, older tools) find them, keeping its conditions.
+pub(crate) fn set_v1beta1_counters(
+    status: &mut capstan_model::capi::v1beta2::ReplicaStatus,
+    counters: &[(&str, i32)],
+) {
+    let deprecated = status
+        .deprecated
+        .get_or_insert_with(|| serde_json::json!({}));
+    if !deprecated.is_object() {
+        *deprecated = serde_json::json!({});
+    }
+    let v1beta1 = &mut deprecated["v1beta1"];
+    if !v1beta1.is_object() {
+        *v1beta1 = serde_json::json!({});
+    }
+    for (field, value) in counters {
+        v1beta1[*field] = serde_json::json!(value);
     }
 }
 

@@ -359,7 +359,19 @@ impl VirtualMediaProvisioner {
         };
         let command = make_command(record.operation.clone());
         let spec = self.spec_for(&record, command, config_drive);
+        // A booted session this process does not know: capstan restarted while the agent ran.
+        let resumed = record.booted && !self.registry.has_session(&self.host, &record.token);
         self.registry.register(spec.clone());
+        if resumed && let AgentLauncher::Simulated { step_time } = &self.launcher {
+            // A real agent keeps going and reports to the new process; so does a simulated
+            // machine's, which lived in the old process.
+            simulate_agent(
+                self.registry.clone(),
+                &spec,
+                *step_time,
+                self.simulated_hardware().await,
+            );
+        }
         if !record.booted {
             if let Some(progress) = self.boot_into_agent(&record).await {
                 return Ok(progress);

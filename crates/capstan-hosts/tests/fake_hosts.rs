@@ -57,6 +57,17 @@ async fn start() -> Env {
     .await
     .unwrap();
     let client = in_process_client(server.router());
+    let shutdown = start_controller(&client, Duration::from_millis(20));
+    Env {
+        _dir: dir,
+        client,
+        shutdown,
+    }
+}
+
+/// Runs the host controller as one capstan process would: its own agent registry (so a second
+/// call is a restarted process), simulated agent steps of `step_time`.
+fn start_controller(client: &Client, step_time: Duration) -> CancellationToken {
     let registry = Arc::new(AgentRegistry::new(ServerSettings {
         agent_url: "http://127.0.0.1:1".into(),
         media_url: "http://127.0.0.1:1".into(),
@@ -64,7 +75,7 @@ async fn start() -> Env {
         boot_media: None,
     }));
     let mut settings = HostSettings::new(registry);
-    settings.simulated_step_time = Duration::from_millis(20);
+    settings.simulated_step_time = step_time;
     let shutdown = CancellationToken::new();
     let options = RunOptions::new(shutdown.clone());
     let controller_client = client.clone();
@@ -74,11 +85,7 @@ async fn start() -> Env {
         })
         .await
     });
-    Env {
-        _dir: dir,
-        client,
-        shutdown,
-    }
+    shutdown
 }
 
 async fn create_secret(client: &Client, name: &str) {
@@ -439,4 +446,50 @@ async fn paused_detached_reboot_and_inspection_annotations() {
         "a detached host is not powered off"
     );
     let _ = ResourceExt::name_any(&h3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_while_the_simulated_agent_works_does_not_leave_the_host_waiting() {
+    let mut env = start().await;
+    // The first process: slow agent steps, stopped while the agent inspects.
+    env.shutdown.cancel();
+    env.shutdown = start_controller(&env.client, Duration::from_secs(3));
+    let address = "fake://restart/h5";
+    create_secret(&env.client, "h5-bmc").await;
+    create_host(&env.client, "h5", address, json!({})).await;
+    wait_state(&env.client, "h5", "inspecting").await;
+    // Stopped once the session records the boot: the new process must not boot it again.
+    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), NS);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let sessions = secrets
+            .list(&ListParams::default().labels("capstan.io/agent-session=h5"))
+            .await
+            .unwrap();
+        let booted = sessions.items.iter().any(|s| {
+            s.data
+                .as_ref()
+                .and_then(|d| d.get("booted"))
+                .is_some_and(|b| b.0 == b"true")
+        });
+        if booted {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the agent was never booted"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    env.shutdown.cancel();
+    let boots = fake(address).counters();
+    // The restarted process knows nothing of the old one's agent but the persisted session; the
+    // machine's agent goes on and reports to it, well before the 20-minute boot timeout.
+    env.shutdown = start_controller(&env.client, Duration::from_millis(20));
+    wait_state(&env.client, "h5", "available").await;
+    assert_eq!(
+        fake(address).counters().media_insert,
+        boots.media_insert,
+        "the restarted process booted the agent again"
+    );
 }

@@ -1095,6 +1095,12 @@ impl Reconciler for ControlPlaneController {
             "initialized": initialized,
             "ready": initialized && ready > 0,
             "initialization": {"controlPlaneInitialized": initialized},
+            // What v1beta1 readers see as readyReplicas, updatedReplicas, unavailableReplicas.
+            "deprecated": {"v1beta1": {
+                "readyReplicas": ready,
+                "updatedReplicas": up_to_date,
+                "unavailableReplicas": (count - ready).max(0),
+            }},
             "selector": format!("{LABEL_CLUSTER_NAME}={cluster_name},{LABEL_CONTROL_PLANE}"),
             "observedGeneration": generation,
             "conditions": conds,

@@ -13,7 +13,7 @@ use capstan_model::metal3::BareMetalHost;
 use capstan_runtime::{Action, Context, EventType, Reconciler};
 use capstan_workload::ClusterKey;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::Api;
+use kube::api::{Api, ApiResource, DynamicObject};
 use kube::{Client, ResourceExt};
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
@@ -105,6 +105,65 @@ async fn user_data(client: &Client, host: &BareMetalHost) -> Result<Option<Vec<u
             .or_else(|| d.get("value"))
             .map(|v| v.0.clone())
     }))
+}
+
+/// `spec.version` of the Machine that owns the Metal3Machine consuming `host`, when there is one.
+async fn machine_version(
+    client: &Client,
+    host: &BareMetalHost,
+) -> Result<Option<String>, SimError> {
+    let Some(consumer) = host.spec.consumer_ref.as_ref() else {
+        return Ok(None);
+    };
+    let (Some(name), namespace) = (
+        consumer.name.clone(),
+        consumer
+            .namespace
+            .clone()
+            .unwrap_or_else(|| host.namespace().unwrap_or_default()),
+    ) else {
+        return Ok(None);
+    };
+    let metal3_machines = ApiResource {
+        group: "infrastructure.cluster.x-k8s.io".into(),
+        version: "v1beta1".into(),
+        api_version: "infrastructure.cluster.x-k8s.io/v1beta1".into(),
+        kind: "Metal3Machine".into(),
+        plural: "metal3machines".into(),
+    };
+    let Some(metal3_machine) =
+        Api::<DynamicObject>::namespaced_with(client.clone(), &namespace, &metal3_machines)
+            .get_opt(&name)
+            .await
+            .map_err(management_error(
+                "reading",
+                "Metal3Machine",
+                &namespace,
+                &name,
+            ))?
+    else {
+        return Ok(None);
+    };
+    let Some(owner) = metal3_machine
+        .owner_references()
+        .iter()
+        .find(|o| o.kind == "Machine")
+        .map(|o| o.name.clone())
+    else {
+        return Ok(None);
+    };
+    let machines = ApiResource {
+        group: "cluster.x-k8s.io".into(),
+        version: "v1beta2".into(),
+        api_version: "cluster.x-k8s.io/v1beta2".into(),
+        kind: "Machine".into(),
+        plural: "machines".into(),
+    };
+    let machine = Api::<DynamicObject>::namespaced_with(client.clone(), &namespace, &machines)
+        .get_opt(&owner)
+        .await
+        .map_err(management_error("reading", "Machine", &namespace, &owner))?;
+    Ok(machine.and_then(|m| m.data["spec"]["version"].as_str().map(str::to_owned)))
 }
 
 /// When the host finished provisioning, from its operation history.
@@ -247,7 +306,7 @@ impl Reconciler for BootController {
                 (cluster, true)
             }
             KubeadmAction::Join { control_plane } => {
-                let Some(cluster) = self.sim.cluster(&key) else {
+                let Some(cluster) = self.sim.cluster_or_resume(&key).await? else {
                     return Ok(Action::requeue(JOIN_RETRY));
                 };
                 if cluster.node(&node_name).await?.is_none() {
@@ -271,14 +330,43 @@ impl Reconciler for BootController {
         };
         match cluster.node(&node_name).await? {
             None => {
+                if bootstrap.action == KubeadmAction::Init {
+                    let inits = cluster.record_init(&node_name).await?;
+                    if inits.len() > 1 {
+                        context
+                            .publish(
+                                &*host,
+                                EventType::Warning,
+                                "SecondKubeadmInit",
+                                "Boot",
+                                format!(
+                                    "kubeadm init ran again in workload cluster {key}: nodes {} all initialised it (simulated)",
+                                    inits.join(", ")
+                                ),
+                            )
+                            .await;
+                    }
+                }
+                // The kubelet and control-plane images are those of the node's image, which
+                // carries the Machine's Kubernetes version.
+                let version = machine_version(client, &host)
+                    .await?
+                    .or_else(|| bootstrap.kubernetes_version.clone());
                 cluster
-                    .register_node(&node_name, &bootstrap, control_plane, &addresses(&host))
+                    .register_node(
+                        &node_name,
+                        &bootstrap,
+                        control_plane,
+                        &addresses(&host),
+                        version.as_deref(),
+                    )
                     .await?;
                 if control_plane {
                     cluster
-                        .start_static_pods(&node_name, bootstrap.kubernetes_version.as_deref())
+                        .start_static_pods(&node_name, version.as_deref())
                         .await?;
                     cluster.add_member(&node_name);
+                    cluster.record_members().await?;
                 }
                 tracing::info!(cluster = %key, node = %node_name, host = %host.name_any(), "simulated node joined");
                 context

@@ -102,6 +102,17 @@ pub fn render_jinja(text: &str, meta: &Map<String, Value>) -> Result<String, Clo
     Ok(out)
 }
 
+/// What cloud-init writes in place of a jinja variable nothing defines.
+pub const MISSING_JINJA_PREFIX: &str = "CI_MISSING_JINJA_VAR/";
+
+/// A plain jinja variable name (`CLUSTER_APIENDPOINT_HOST`), not an expression.
+fn is_bare_name(expression: &str) -> bool {
+    !expression.is_empty()
+        && expression
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
 fn lookup(expression: &str, meta: &Map<String, Value>) -> Result<String, CloudConfigError> {
     let text = |v: &Value| v.as_str().map_or_else(|| v.to_string(), str::to_owned);
     let key = if let Some(key) = expression.strip_prefix("ds.meta_data.") {
@@ -115,6 +126,9 @@ fn lookup(expression: &str, meta: &Map<String, Value>) -> Result<String, CloudCo
         match expression {
             "v1.local_hostname" | "v1.local-hostname" => "hostname".to_owned(),
             "v1.instance_id" | "v1.instance-id" => "uuid".to_owned(),
+            // cloud-init renders any other undefined variable as this marker (with a warning)
+            // and the node goes on: CAPM3's example templates carry such variables.
+            other if is_bare_name(other) => return Ok(format!("{MISSING_JINJA_PREFIX}{other}")),
             other => return Err(CloudConfigError::UndefinedVariable(other.to_owned())),
         }
     };
@@ -407,6 +421,17 @@ runcmd:
             read(&[0xff], &meta()).err(),
             Some(CloudConfigError::NotText)
         );
+    }
+
+    #[test]
+    fn undefined_plain_variables_render_as_cloud_init_renders_them() {
+        let text = "## template: jinja\nvip: '{{ CLUSTER_APIENDPOINT_HOST }}'\nname: '{{ ds.meta_data.name }}'\n";
+        let rendered = render_jinja(text, &meta()).unwrap();
+        assert!(
+            rendered.contains("vip: 'CI_MISSING_JINJA_VAR/CLUSTER_APIENDPOINT_HOST'"),
+            "{rendered}"
+        );
+        assert!(rendered.contains("name: 'node-0'"), "{rendered}");
     }
 
     #[test]

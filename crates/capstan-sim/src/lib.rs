@@ -22,7 +22,15 @@
 //! - **The kubelet**: the Node gets its name (`nodeRegistration.name`, else the hostname), the
 //!   `node-labels` and `provider-id` of `kubeletExtraArgs`, the host's addresses, the kubelet version
 //!   and a `Ready` condition, once.
-//! - **etcd**: [`EtcdMembership`] over the members recorded above (ids, health, leader).
+//! - **etcd**: [`EtcdMembership`] over the members recorded above (ids, health, leader), kept in
+//!   the workload's ConfigMap `kube-system/capstan-sim-etcd` so they survive a restart.
+//! - **Restarts**: a workload store lives under `STATE_DIR/NAMESPACE/NAME/CLUSTER-UID/`; after a
+//!   restart a cluster whose control plane was initialised is resumed from it on first use, and a
+//!   Cluster created again under the same name starts empty.
+//! - **Init record**: every node that runs `kubeadm init` is listed in the workload's ConfigMap
+//!   `kube-system/capstan-sim-kubeadm-init` (key `nodes`), and a second one is a Warning Event
+//!   `SecondKubeadmInit` on its host, so tests and users can see that a cluster was initialised
+//!   once.
 //! - **Access**: [`WorkloadAccess`] hands out in-process clients for the clusters played here;
 //!   every other cluster is "unreachable" until its control plane runs `kubeadm init` in the
 //!   simulation. A cluster's kubeconfig is never used: its endpoint (a VIP on the hosts' network)
@@ -84,6 +92,8 @@ pub enum SimError {
         what: String,
         source: Box<kube::Error>,
     },
+    #[error("workload cluster {cluster}: its Cluster object is not in the management cluster")]
+    NoCluster { cluster: ClusterKey },
     #[error("{verb} {kind} {namespace}/{name}")]
     Management {
         verb: &'static str,
@@ -153,10 +163,73 @@ impl Simulator {
         if let Some(cluster) = self.cluster(key) {
             return Ok(cluster);
         }
-        let cluster = SimCluster::start(key.clone(), self.settings.state_dir.as_deref()).await?;
+        let dir = match &self.settings.state_dir {
+            Some(base) => Some(SimCluster::store_dir(
+                base,
+                key,
+                &self.cluster_uid(key).await?,
+            )),
+            None => None,
+        };
+        let cluster = SimCluster::start(key.clone(), dir).await?;
         tracing::info!(cluster = %key, "simulated workload API started");
         self.clusters().insert(key.clone(), cluster.clone());
         Ok(cluster)
+    }
+
+    /// The simulated cluster `key`: running, or resumed from the store an earlier run of the
+    /// simulation left (its control plane ran `kubeadm init` before a restart); `None` when it
+    /// was never initialised.
+    pub async fn cluster_or_resume(
+        &self,
+        key: &ClusterKey,
+    ) -> Result<Option<Arc<SimCluster>>, SimError> {
+        if let Some(cluster) = self.cluster(key) {
+            return Ok(Some(cluster));
+        }
+        let Some(base) = &self.settings.state_dir else {
+            return Ok(None);
+        };
+        // Cheap first: no directory, no store (every cluster before its init).
+        if !base.join(&key.namespace).join(&key.name).is_dir() {
+            return Ok(None);
+        }
+        let _one_at_a_time = self.starting.lock().await;
+        if let Some(cluster) = self.cluster(key) {
+            return Ok(Some(cluster));
+        }
+        let uid = match self.cluster_uid(key).await {
+            Ok(uid) => uid,
+            Err(SimError::NoCluster { .. }) => return Ok(None),
+            Err(err) => return Err(err),
+        };
+        let dir = SimCluster::store_dir(base, key, &uid);
+        if !dir.join("workload.db").is_file() {
+            return Ok(None);
+        }
+        let cluster = SimCluster::start(key.clone(), Some(dir)).await?;
+        tracing::info!(cluster = %key, "simulated workload API resumed from its store");
+        self.clusters().insert(key.clone(), cluster.clone());
+        Ok(Some(cluster))
+    }
+
+    /// The uid of the Cluster object `key`.
+    async fn cluster_uid(&self, key: &ClusterKey) -> Result<String, SimError> {
+        let found = listener::cluster_api(&self.management, &key.namespace)
+            .get_opt(&key.name)
+            .await
+            .map_err(|source| SimError::Management {
+                verb: "reading",
+                kind: "Cluster",
+                namespace: key.namespace.clone(),
+                name: key.name.clone(),
+                source: Box::new(source),
+            })?;
+        found
+            .and_then(|c| c.metadata.uid)
+            .ok_or_else(|| SimError::NoCluster {
+                cluster: key.clone(),
+            })
     }
 
     /// Stops simulating `key` (its Cluster is gone).
@@ -181,6 +254,28 @@ impl Simulator {
         &self.management
     }
 
+    /// The simulated cluster `cluster` (resumed if an earlier run initialised it), or why not.
+    async fn simulated(&self, cluster: &ClusterKey) -> Result<Arc<SimCluster>, WorkloadError> {
+        self.cluster_or_resume(cluster)
+            .await
+            .map_err(|err| WorkloadError::Other {
+                cluster: cluster.clone(),
+                reason: err.to_string(),
+            })?
+            .ok_or_else(|| Self::not_simulated(cluster))
+    }
+
+    /// Keeps the etcd members of `cluster` across restarts.
+    async fn record(cluster: &SimCluster) -> Result<(), WorkloadError> {
+        cluster
+            .record_members()
+            .await
+            .map_err(|err| WorkloadError::Other {
+                cluster: cluster.key.clone(),
+                reason: err.to_string(),
+            })
+    }
+
     fn not_simulated(cluster: &ClusterKey) -> WorkloadError {
         WorkloadError::Other {
             cluster: cluster.clone(),
@@ -195,8 +290,15 @@ impl WorkloadAccess for Simulator {
         cluster: &'a ClusterKey,
     ) -> BoxFuture<'a, Result<Client, WorkloadError>> {
         Box::pin(async move {
-            if let Some(simulated) = self.cluster(cluster) {
-                return Ok(simulated.client.clone());
+            match self.cluster_or_resume(cluster).await {
+                Ok(Some(simulated)) => return Ok(simulated.client.clone()),
+                Ok(None) => {}
+                Err(err) => {
+                    return Err(WorkloadError::Other {
+                        cluster: cluster.clone(),
+                        reason: err.to_string(),
+                    });
+                }
             }
             // Never the kubeconfig: with the simulation on, a cluster's endpoint (a VIP on the
             // hosts' network) is not where its API is, and must not be dialled.
@@ -215,9 +317,7 @@ impl EtcdMembership for Simulator {
         cluster: &'a ClusterKey,
     ) -> BoxFuture<'a, Result<Vec<EtcdMember>, WorkloadError>> {
         Box::pin(async move {
-            let simulated = self
-                .cluster(cluster)
-                .ok_or_else(|| Self::not_simulated(cluster))?;
+            let simulated = self.simulated(cluster).await?;
             let members = simulated.etcd().clone();
             Ok(members)
         })
@@ -229,16 +329,16 @@ impl EtcdMembership for Simulator {
         name: &'a str,
     ) -> BoxFuture<'a, Result<(), WorkloadError>> {
         Box::pin(async move {
-            let simulated = self
-                .cluster(cluster)
-                .ok_or_else(|| Self::not_simulated(cluster))?;
-            let mut members = simulated.etcd();
-            let was_leader = members.iter().any(|m| m.name == name && m.leader);
-            members.retain(|m| m.name != name);
-            if was_leader && let Some(next) = members.first_mut() {
-                next.leader = true;
+            let simulated = self.simulated(cluster).await?;
+            {
+                let mut members = simulated.etcd();
+                let was_leader = members.iter().any(|m| m.name == name && m.leader);
+                members.retain(|m| m.name != name);
+                if was_leader && let Some(next) = members.first_mut() {
+                    next.leader = true;
+                }
             }
-            Ok(())
+            Self::record(&simulated).await
         })
     }
 
@@ -248,20 +348,20 @@ impl EtcdMembership for Simulator {
         to: &'a str,
     ) -> BoxFuture<'a, Result<(), WorkloadError>> {
         Box::pin(async move {
-            let simulated = self
-                .cluster(cluster)
-                .ok_or_else(|| Self::not_simulated(cluster))?;
-            let mut members = simulated.etcd();
-            if !members.iter().any(|m| m.name == to) {
-                return Err(WorkloadError::Other {
-                    cluster: cluster.clone(),
-                    reason: format!("no etcd member called {to}"),
-                });
+            let simulated = self.simulated(cluster).await?;
+            {
+                let mut members = simulated.etcd();
+                if !members.iter().any(|m| m.name == to) {
+                    return Err(WorkloadError::Other {
+                        cluster: cluster.clone(),
+                        reason: format!("no etcd member called {to}"),
+                    });
+                }
+                for member in members.iter_mut() {
+                    member.leader = member.name == to;
+                }
             }
-            for member in members.iter_mut() {
-                member.leader = member.name == to;
-            }
-            Ok(())
+            Self::record(&simulated).await
         })
     }
 }

@@ -21,7 +21,7 @@ use std::sync::Arc;
 /// Annotation on a simulated Cluster: the loopback URL of its workload API.
 pub const ANNOTATION_API_URL: &str = "sim.capstan.io/api-url";
 
-fn cluster_api(client: &Client, namespace: &str) -> Api<DynamicObject> {
+pub(crate) fn cluster_api(client: &Client, namespace: &str) -> Api<DynamicObject> {
     let resource = kube::api::ApiResource {
         group: "cluster.x-k8s.io".into(),
         version: "v1beta2".into(),
@@ -42,6 +42,11 @@ fn tls_error(cluster: &SimCluster, reason: impl std::fmt::Display) -> SimError {
 /// Starts the listener of `cluster` unless it runs; `Ok(false)` while the cluster CA Secret is
 /// not there yet.
 pub async fn ensure(management: &Client, cluster: &Arc<SimCluster>) -> Result<bool, SimError> {
+    if cluster.url().is_some() {
+        return Ok(true);
+    }
+    // Control-plane hosts reconcile concurrently: one of them starts the listener.
+    let _one_starter = cluster.listener_start.lock().await;
     if cluster.url().is_some() {
         return Ok(true);
     }

@@ -21,6 +21,15 @@ pub const CONTROL_PLANE_COMPONENTS: [&str; 4] = [
     "etcd",
 ];
 
+/// ConfigMap in the workload's `kube-system`: every node that ran `kubeadm init`, one name a line
+/// (key [`INIT_NODES_KEY`]), so that a second init is visible to tests and users.
+pub const INIT_RECORD: &str = "capstan-sim-kubeadm-init";
+/// The key of [`INIT_RECORD`] that lists the nodes.
+pub const INIT_NODES_KEY: &str = "nodes";
+/// ConfigMap in the workload's `kube-system`: the etcd members as JSON (key `members`), so that the
+/// membership survives a restart of the process that simulates it.
+pub const ETCD_RECORD: &str = "capstan-sim-etcd";
+
 /// A running simulated workload cluster.
 pub struct SimCluster {
     pub key: ClusterKey,
@@ -32,16 +41,26 @@ pub struct SimCluster {
     pub url: Mutex<Option<String>>,
     /// Stops the listener.
     pub shutdown: capstan_runtime::CancellationToken,
+    /// Serialises read-modify-writes of the simulator's own records.
+    records: tokio::sync::Mutex<()>,
+    /// Held while the listener starts, so it starts once.
+    pub(crate) listener_start: tokio::sync::Mutex<()>,
     /// Kept so a temporary store lives as long as the cluster.
     _temp: Option<tempfile::TempDir>,
 }
 
 impl SimCluster {
-    /// Starts the workload API of `key`, storing its objects under `state_dir` (kept across
-    /// restarts) or in a temporary directory.
-    pub async fn start(key: ClusterKey, state_dir: Option<&Path>) -> Result<Arc<Self>, SimError> {
-        let (dir, temp): (PathBuf, _) = match state_dir {
-            Some(base) => (base.join(&key.namespace).join(&key.name), None),
+    /// The directory of the store of the Cluster `key` with uid `uid` under `state_dir`. The uid
+    /// keeps a Cluster created again under the same name from finding its predecessor's store.
+    pub fn store_dir(state_dir: &Path, key: &ClusterKey, uid: &str) -> PathBuf {
+        state_dir.join(&key.namespace).join(&key.name).join(uid)
+    }
+
+    /// Starts the workload API of `key`, storing its objects in `dir` (kept across restarts) or
+    /// in a temporary directory; what an earlier run recorded there (etcd members) is read back.
+    pub async fn start(key: ClusterKey, dir: Option<PathBuf>) -> Result<Arc<Self>, SimError> {
+        let (dir, temp): (PathBuf, _) = match dir {
+            Some(dir) => (dir, None),
             None => {
                 let temp = tempfile::tempdir().map_err(|source| SimError::Io {
                     what: "creating a temporary directory for a workload store",
@@ -73,15 +92,117 @@ impl SimCluster {
             source,
         })?;
         let client = capstan_apiserver::in_process_client(server.router());
-        Ok(Arc::new(Self {
+        let cluster = Arc::new(Self {
             key,
             server,
             client,
             etcd: Mutex::new(Vec::new()),
             url: Mutex::new(None),
             shutdown: capstan_runtime::CancellationToken::new(),
+            records: tokio::sync::Mutex::new(()),
+            listener_start: tokio::sync::Mutex::new(()),
             _temp: temp,
+        });
+        let members = cluster.recorded_members().await?;
+        *cluster.etcd() = members;
+        Ok(cluster)
+    }
+
+    /// The etcd members an earlier run recorded; without a record (a store from before records
+    /// were kept), one member per control-plane Node, the oldest the leader.
+    async fn recorded_members(&self) -> Result<Vec<EtcdMember>, SimError> {
+        let record = Api::<ConfigMap>::namespaced(self.client.clone(), "kube-system")
+            .get_opt(ETCD_RECORD)
+            .await
+            .map_err(self.api_error("reading the etcd record"))?;
+        if let Some(members) = record
+            .and_then(|m| m.data)
+            .and_then(|d| d.get("members").cloned())
+            .and_then(|text| serde_json::from_str::<Vec<RecordedMember>>(&text).ok())
+        {
+            return Ok(members.into_iter().map(EtcdMember::from).collect());
+        }
+        let mut nodes = Api::<Node>::all(self.client.clone())
+            .list(&Default::default())
+            .await
+            .map_err(self.api_error("listing Nodes"))?
+            .items;
+        nodes.retain(|n| {
+            n.labels()
+                .contains_key("node-role.kubernetes.io/control-plane")
+        });
+        nodes.sort_by_key(|n| n.creation_timestamp().map(|t| t.0));
+        let mut members = Vec::new();
+        for (index, node) in nodes.iter().enumerate() {
+            members.push(EtcdMember {
+                name: node.name_any(),
+                id: FIRST_MEMBER_ID + 1 + index as u64,
+                healthy: true,
+                leader: index == 0,
+            });
+        }
+        Ok(members)
+    }
+
+    /// Writes the etcd members to [`ETCD_RECORD`].
+    pub async fn record_members(&self) -> Result<(), SimError> {
+        let _one_writer = self.records.lock().await;
+        let members: Vec<RecordedMember> = self.etcd().iter().map(RecordedMember::from).collect();
+        let text = serde_json::to_string(&members).unwrap_or_default();
+        self.write_record(ETCD_RECORD, "members", &text).await
+    }
+
+    /// Records that node `name` ran `kubeadm init`; returns every node that ever did.
+    pub async fn record_init(&self, name: &str) -> Result<Vec<String>, SimError> {
+        let _one_writer = self.records.lock().await;
+        let mut nodes = self.init_nodes().await?;
+        if !nodes.iter().any(|n| n == name) {
+            nodes.push(name.to_owned());
+            self.write_record(INIT_RECORD, INIT_NODES_KEY, &nodes.join("\n"))
+                .await?;
+        }
+        Ok(nodes)
+    }
+
+    /// The nodes that ran `kubeadm init`, from [`INIT_RECORD`].
+    pub async fn init_nodes(&self) -> Result<Vec<String>, SimError> {
+        let record = Api::<ConfigMap>::namespaced(self.client.clone(), "kube-system")
+            .get_opt(INIT_RECORD)
+            .await
+            .map_err(self.api_error("reading the kubeadm init record"))?;
+        Ok(record
+            .and_then(|m| m.data)
+            .and_then(|d| d.get(INIT_NODES_KEY).cloned())
+            .map(|text| {
+                text.lines()
+                    .filter(|l| !l.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
+    async fn write_record(&self, name: &str, key: &str, value: &str) -> Result<(), SimError> {
+        let maps: Api<ConfigMap> = Api::namespaced(self.client.clone(), "kube-system");
+        let map: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "kube-system",
+                "labels": {"app.kubernetes.io/managed-by": "capstan-sim"}},
+            "data": {key: value},
         }))
+        .unwrap_or_default();
+        match maps.create(&PostParams::default(), &map).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 409 => maps
+                .patch(
+                    name,
+                    &PatchParams::default(),
+                    &Patch::Merge(&json!({"data": {key: value}})),
+                )
+                .await
+                .map(|_| ())
+                .map_err(self.api_error("writing a simulator record")),
+            Err(err) => Err(self.api_error("writing a simulator record")(err)),
+        }
     }
 
     /// The loopback URL of the cluster's HTTPS listener, once it runs.
@@ -109,7 +230,7 @@ impl SimCluster {
             .iter()
             .map(|m| m.id)
             .max()
-            .unwrap_or(0x8e9e_05c5_2164_694d)
+            .unwrap_or(FIRST_MEMBER_ID)
             + 1;
         members.push(EtcdMember {
             name: name.to_owned(),
@@ -165,13 +286,16 @@ impl SimCluster {
         Ok(())
     }
 
-    /// Registers Node `name` as its kubelet would: labels, providerID, addresses, Ready.
+    /// Registers Node `name` as its kubelet would: labels, providerID, addresses, Ready. The
+    /// kubelet's version is `kubelet_version` (what the node's image carries), else the
+    /// ClusterConfiguration's, else the cluster's.
     pub async fn register_node(
         &self,
         name: &str,
         bootstrap: &Bootstrap,
         control_plane: bool,
         addresses: &[(String, String)],
+        kubelet_version: Option<&str>,
     ) -> Result<(), SimError> {
         let nodes: Api<Node> = Api::all(self.client.clone());
         let mut labels = bootstrap.node_labels.clone();
@@ -200,8 +324,8 @@ impl SimCluster {
             .await
             .map_err(self.api_error("registering the Node"))?;
         // A joining kubelet runs the cluster's version, which kubeadm-config records.
-        let version = match &bootstrap.kubernetes_version {
-            Some(version) => Some(version.clone()),
+        let version = match kubelet_version.or(bootstrap.kubernetes_version.as_deref()) {
+            Some(version) => Some(version.to_owned()),
             None => self.cluster_version().await?,
         };
         self.set_node_ready(name, true, version.as_deref(), addresses)
@@ -342,6 +466,40 @@ impl SimCluster {
             .iter()
             .map(ResourceExt::name_any)
             .collect())
+    }
+}
+
+/// The id the first etcd member's id follows.
+const FIRST_MEMBER_ID: u64 = 0x8e9e_05c5_2164_694d;
+
+/// An etcd member as [`ETCD_RECORD`] keeps it.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct RecordedMember {
+    name: String,
+    id: u64,
+    healthy: bool,
+    leader: bool,
+}
+
+impl From<&EtcdMember> for RecordedMember {
+    fn from(m: &EtcdMember) -> Self {
+        Self {
+            name: m.name.clone(),
+            id: m.id,
+            healthy: m.healthy,
+            leader: m.leader,
+        }
+    }
+}
+
+impl From<RecordedMember> for EtcdMember {
+    fn from(m: RecordedMember) -> Self {
+        Self {
+            name: m.name,
+            id: m.id,
+            healthy: m.healthy,
+            leader: m.leader,
+        }
     }
 }
 

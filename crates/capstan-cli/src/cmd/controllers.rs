@@ -20,6 +20,11 @@ pub struct Args {
     /// Run without leader election (only when a single replica runs).
     #[arg(long)]
     no_leader_election: bool,
+    /// Start even though upstream Cluster API / Metal3 controllers appear to run against the same
+    /// cluster (their Deployments or fresh leader-election Leases); both would reconcile the same
+    /// objects.
+    #[arg(long)]
+    allow_upstream_controllers: bool,
     #[command(flatten)]
     provisioning: crate::provisioning::ProvisioningArgs,
 }
@@ -33,6 +38,24 @@ pub fn run(args: Args, _style: &Style) -> anyhow::Result<Exit> {
         let client = capstan_runtime::client_from_kubeconfig(&args.kubeconfig)
             .await
             .with_context(|| format!("connecting with {}", args.kubeconfig.display()))?;
+        let upstream = super::upstream::find(&client)
+            .await
+            .context("looking for upstream Cluster API and Metal3 controllers")?;
+        if !upstream.is_empty() {
+            if !args.allow_upstream_controllers {
+                anyhow::bail!(
+                    "refusing to start: upstream Cluster API / Metal3 controllers already reconcile the objects capstan would ({}). \
+                     Two controllers on the same Machines, hosts and claims undo each other's work. \
+                     Remove them (`clusterctl delete --all`) or scale them to 0 replicas, or pass \
+                     --allow-upstream-controllers if they watch other objects",
+                    upstream.join(", ")
+                );
+            }
+            eprintln!(
+                "capstan controllers: starting beside upstream controllers (--allow-upstream-controllers): {}",
+                upstream.join(", ")
+            );
+        }
         let shutdown = capstan_runtime::CancellationToken::new();
         let (metrics, health) = (ControllerMetrics::default(), Health::default());
         let mut options = RunOptions::new(shutdown.clone())

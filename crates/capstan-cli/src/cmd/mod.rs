@@ -18,6 +18,7 @@ mod ramdisk;
 mod render;
 mod serve;
 mod undecodable;
+mod upstream;
 
 use crate::output::{Exit, Style};
 

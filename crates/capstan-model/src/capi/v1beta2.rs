@@ -169,6 +169,9 @@ pub struct ReplicaStatus {
     pub observed_generation: Option<i64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// `deprecated.v1beta1`: the v1beta1 counters (and conditions), which v1beta1 readers see as
+    /// their top-level status fields.
+    pub deprecated: Option<serde_json::Value>,
 }
 
 resource!(
