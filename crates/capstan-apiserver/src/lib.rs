@@ -3,7 +3,8 @@
 //! It serves capstan's built-in kinds and any CustomResourceDefinition applied to it, with the API
 //! semantics `kubectl` and kube-rs use: discovery, CRUD, `resourceVersion` and optimistic concurrency,
 //! `generation`, the `status` subresource, finalizers and `deletionTimestamp`, label and field
-//! selectors, pagination, watches with resume and bookmarks, JSON merge / JSON / apply patches,
+//! selectors, pagination, watches with resume and bookmarks, JSON merge / JSON / strategic merge
+//! patches, server-side apply with field ownership (`managedFields`) and conflicts,
 //! schema defaulting, pruning and validation, several versions per kind with conversion, Tables, and
 //! OpenAPI v3. It listens on HTTPS only, authenticates with a bearer token or a client certificate
 //! signed by its CA, and exposes `/healthz`, `/readyz`, `/livez` and `/metrics`.
@@ -12,17 +13,18 @@
 //! with their upstream schemas, defaults, `scale`/`eviction`/`binding` subresources, strategic merge
 //! patch and the protobuf wire format; deleting a Namespace deletes its contents.
 //!
-//! Not served: aggregated discovery, server-side apply field ownership (apply patches merge), RBAC
-//! and admission webhooks.
+//! Not served: aggregated discovery, RBAC and admission webhooks.
 
 pub mod builtin;
 pub mod client;
 pub mod conn;
 pub mod conversion;
 mod discovery;
+pub mod fieldset;
 mod handlers;
 pub mod lifecycle;
 pub mod limits;
+pub mod managed;
 pub mod metrics;
 pub mod openapi;
 pub mod params;
@@ -32,6 +34,7 @@ pub mod registry;
 pub mod selectors;
 pub mod status;
 pub mod strategic;
+pub mod structured;
 pub mod table;
 pub mod target;
 pub mod tls;
