@@ -15,7 +15,7 @@
 //! resource never own `status` when the kind has a status subresource, and status writes own only
 //! `status`.
 
-use crate::fieldset::{FieldSet, PathElement, path_text};
+use crate::fieldset::{FieldSet, Path, PathElement, path_text};
 use crate::status::Cause;
 use crate::structured::{self, Comparison, Shape};
 use serde_json::{Map, Value, json};
@@ -272,23 +272,34 @@ impl Context<'_> {
     }
 }
 
-/// Fields an apply would take from other managers.
+/// Fields an apply would take from other managers: (manager as messages name it, field).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Conflicts(Vec<(String, String)>);
+pub struct Conflicts(Vec<(String, Path)>);
 
 impl Conflicts {
+    /// The conflicts on fields outside `allowed`.
+    fn outside(&self, allowed: &FieldSet) -> Conflicts {
+        Conflicts(
+            self.0
+                .iter()
+                .filter(|(_, path)| !allowed.has(path))
+                .cloned()
+                .collect(),
+        )
+    }
+
     /// The message kube-apiserver gives (kubectl prints it and adds its advice).
     pub fn message(&self) -> String {
-        let Self(list) = self;
+        let list: Vec<(&String, String)> = self.0.iter().map(|(m, p)| (m, path_text(p))).collect();
         if let [(manager, path)] = list.as_slice() {
             return format!("Apply failed with 1 conflict: conflict with {manager}: {path}");
         }
         let mut lines = Vec::new();
-        let mut managers: Vec<&String> = list.iter().map(|(m, _)| m).collect();
+        let mut managers: Vec<&String> = list.iter().map(|(m, _)| *m).collect();
         managers.dedup();
         for manager in managers {
             lines.push(format!("conflicts with {manager}:"));
-            for (_, path) in list.iter().filter(|(m, _)| m == manager) {
+            for (_, path) in list.iter().filter(|(m, _)| *m == manager) {
                 lines.push(format!("- {path}"));
             }
         }
@@ -306,7 +317,7 @@ impl Conflicts {
             .map(|(manager, path)| Cause {
                 reason: "FieldManagerConflict".into(),
                 message: format!("conflict with {manager}"),
-                field: path.clone(),
+                field: path_text(path),
             })
             .collect()
     }
@@ -352,7 +363,7 @@ fn take_changed_fields(
         let conflict = entry.fields.intersection(&changed);
         if !conflict.is_empty() {
             for path in conflict.paths() {
-                conflicts.push((entry.describe(), path_text(&path)));
+                conflicts.push((entry.describe(), path));
             }
         }
         taken.push((index, conflict.union(&compared.removed)));
@@ -434,8 +445,76 @@ pub struct Applied {
     pub entries: Vec<Entry>,
 }
 
+/// The annotation client-side `kubectl apply` keeps its configuration in.
+pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// The manager `kubectl apply --server-side` uses by default.
+const KUBECTL: &str = "kubectl";
+
 /// Server-side apply of `config` by `manager` to `live` (`None`: the object does not exist yet).
+///
+/// For `kubectl`'s own manager, as upstream, an object managed by client-side apply moves over
+/// without conflicts: fields its `last-applied-configuration` still describes may be taken, and
+/// that annotation is kept in step with what is applied.
 pub fn apply(
+    ctx: &Context<'_>,
+    live: Option<&Value>,
+    config: &Value,
+    entries: Vec<Entry>,
+    manager: &str,
+    force: bool,
+) -> Result<Applied, Conflicts> {
+    let mut applied = match apply_fields(ctx, live, config, entries.clone(), manager, force) {
+        Err(conflicts) if manager == KUBECTL => {
+            let Some(allowed) = live.and_then(|l| described_by_last_applied(ctx, l)) else {
+                return Err(conflicts);
+            };
+            let remaining = conflicts.outside(&allowed);
+            if !remaining.0.is_empty() {
+                return Err(remaining);
+            }
+            apply_fields(ctx, live, config, entries, manager, true)?
+        }
+        other => other?,
+    };
+    if manager == KUBECTL
+        && let Some(annotations) = applied.object["metadata"]["annotations"].as_object_mut()
+        && annotations
+            .get(LAST_APPLIED)
+            .is_some_and(|v| v.as_str().is_some_and(|t| !t.is_empty()))
+    {
+        let mut last = config.clone();
+        if let Some(a) = last["metadata"]["annotations"].as_object_mut() {
+            a.remove(LAST_APPLIED);
+            if a.is_empty()
+                && let Some(meta) = last["metadata"].as_object_mut()
+            {
+                meta.remove("annotations");
+            }
+        }
+        annotations.insert(LAST_APPLIED.into(), Value::String(last.to_string()));
+    }
+    Ok(applied)
+}
+
+/// The fields a `last-applied-configuration` sets that still hold its values in `live`.
+fn described_by_last_applied(ctx: &Context<'_>, live: &Value) -> Option<FieldSet> {
+    let text = live["metadata"]["annotations"][LAST_APPLIED].as_str()?;
+    let last: Value = serde_json::from_str(text).ok()?;
+    if last["apiVersion"].as_str() != Some(ctx.api_version) {
+        return None;
+    }
+    let shape = ctx.shape();
+    let differs = structured::compare(&last, &without_managed_fields(live), &shape);
+    Some(
+        structured::field_set(&last, &shape)
+            .difference(&differs.modified)
+            .difference(&differs.added)
+            .difference(&differs.removed),
+    )
+}
+
+fn apply_fields(
     ctx: &Context<'_>,
     live: Option<&Value>,
     config: &Value,
@@ -748,6 +827,41 @@ mod tests {
             o.owner(BEFORE_FIRST_APPLY),
             json!({"f:spec": {"f:paused": {}}})
         );
+    }
+
+    #[test]
+    fn kubectl_moves_from_client_side_apply_without_conflicts() {
+        let v = deployment();
+        let mut o = Object::new();
+        let mut last = dep(json!({"replicas": 2}));
+        // The annotation must be of the version applied (the test kind's version is `v1`).
+        last["apiVersion"] = json!("v1");
+        let mut created = dep(json!({"replicas": 2}));
+        created["metadata"]["annotations"] = json!({LAST_APPLIED: last.to_string()});
+        o.update(&v, "kubectl-client-side-apply", created.clone());
+        o.entries = update(
+            &ctx(&v),
+            None,
+            &created,
+            Vec::new(),
+            "kubectl-client-side-apply",
+        );
+        // Another manager is still refused; kubectl takes the field over.
+        assert!(
+            o.apply(&v, "other", dep(json!({"replicas": 3})), false)
+                .is_err()
+        );
+        o.apply(&v, "kubectl", dep(json!({"replicas": 3})), false)
+            .unwrap();
+        let object = o.value.clone().unwrap();
+        assert_eq!(object["spec"]["replicas"], 3);
+        let synced: Value = serde_json::from_str(
+            object["metadata"]["annotations"][LAST_APPLIED]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(synced["spec"]["replicas"], 3);
     }
 
     #[test]

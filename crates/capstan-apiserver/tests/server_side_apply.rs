@@ -192,6 +192,57 @@ fn server_side_apply_with_kubectl_1_27_and_1_31() {
     }
 }
 
+#[test]
+fn client_side_apply_is_recorded_and_moves_to_server_side() {
+    let bin = Path::new("kubectl");
+    let server = start();
+    ok(
+        bin,
+        &server,
+        &["apply", "-f", "-"],
+        Some(&config_map(&[("a", "1")], &[])),
+    );
+    ok(
+        bin,
+        &server,
+        &["apply", "-f", "-"],
+        Some(&config_map(&[("a", "2")], &[])),
+    );
+    let object = get_json(bin, &server, &["configmap", "settings"]);
+    let fields = owned(&object, "kubectl-client-side-apply", "Update");
+    assert_eq!(fields["f:data"], json!({".": {}, "f:a": {}}), "{object}");
+    // kubectl's own server-side apply takes over what client-side apply set.
+    ok(
+        bin,
+        &server,
+        &["apply", "--server-side", "-f", "-"],
+        Some(&config_map(&[("a", "3")], &[])),
+    );
+    let object = get_json(bin, &server, &["configmap", "settings"]);
+    assert_eq!(object["data"]["a"], "3");
+    assert_eq!(
+        owned(&object, "kubectl", "Apply"),
+        json!({"f:data": {"f:a": {}}})
+    );
+    let last =
+        object["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"]
+            .as_str()
+            .unwrap();
+    assert!(last.contains("\"3\""), "{last}");
+    // Another manager is still told about the conflict.
+    let (success, _, stderr) = run(
+        bin,
+        &server,
+        &["apply", "--server-side", "--field-manager=other", "-f", "-"],
+        Some(&config_map(&[("a", "4")], &[])),
+    );
+    assert!(!success);
+    assert!(
+        stderr.contains("conflict with \"kubectl\": .data.a"),
+        "{stderr}"
+    );
+}
+
 fn deployment(manager_containers: &[&str]) -> String {
     json!({
         "apiVersion": "apps/v1",
