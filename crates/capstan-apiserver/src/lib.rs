@@ -432,7 +432,7 @@ async fn api(
                 Ok(decoded) => decoded,
                 Err(err) => return err.into_response(),
             };
-            let wants_protobuf = typed && verb != "watch" && wire::prefers_protobuf(&headers);
+            let wants_protobuf = typed && wire::prefers_protobuf(&headers);
             let resource = path.plural.clone();
             let request = handlers::Request {
                 served,
@@ -443,7 +443,9 @@ async fn api(
             let mut response = handlers::handle(state.clone(), method, request, body)
                 .await
                 .unwrap_or_else(IntoResponse::into_response);
-            if wants_protobuf {
+            if wants_protobuf && verb == "watch" {
+                response = wire::watch_to_protobuf(response, &api_version).await;
+            } else if wants_protobuf {
                 response = wire::response_to_protobuf(response, &api_version).await;
             }
             state
