@@ -1033,8 +1033,70 @@ async fn watch_collection(state: Arc<ApiState>, request: Request) -> Result<Resp
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response()))
 }
 
-/// Prepares a CustomResourceDefinition for storage: it must parse, and it is marked accepted.
+/// The annotation Kubernetes requires on CRDs in its protected groups.
+const API_APPROVED: &str = "api-approved.kubernetes.io";
+
+fn crd_invalid(object: &Value, field: &str, message: String) -> ApiError {
+    ApiError::Invalid {
+        group: "apiextensions.k8s.io".into(),
+        kind: "CustomResourceDefinition".into(),
+        name: object["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+        summary: format!("{field}: {message}"),
+        causes: vec![Cause {
+            reason: "FieldValueInvalid".into(),
+            message,
+            field: field.to_owned(),
+        }],
+    }
+}
+
+/// Prepares a CustomResourceDefinition for storage: it must parse, name a group as Kubernetes
+/// requires (a domain; its protected groups only with the approval annotation), and not redefine
+/// one of Kubernetes' own resources; it is then marked accepted.
 fn admit_crd(object: &mut Value) -> Result<capstan_schema::CrdInfo, ApiError> {
+    let group = object["spec"]["group"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    if !group.contains('.') {
+        return Err(crd_invalid(
+            object,
+            "spec.group",
+            format!("Invalid value: {group:?}: should be a domain with at least one dot"),
+        ));
+    }
+    let protected = ["k8s.io", "kubernetes.io"]
+        .iter()
+        .any(|d| group == *d || group.ends_with(&format!(".{d}")));
+    if protected
+        && object["metadata"]["annotations"][API_APPROVED]
+            .as_str()
+            .is_none_or(str::is_empty)
+    {
+        return Err(crd_invalid(
+            object,
+            &format!("metadata.annotations[{API_APPROVED}]"),
+            format!(
+                "Required value: protected groups must have approval annotation {API_APPROVED:?}, see https://github.com/kubernetes/enhancements/pull/1111"
+            ),
+        ));
+    }
+    let plural = object["spec"]["names"]["plural"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    if crate::registry::is_kubernetes_resource(&group, &plural) {
+        return Err(crd_invalid(
+            object,
+            "spec.group",
+            format!(
+                "Forbidden: {plural}.{group} is one of Kubernetes' own resources, served natively here; a CustomResourceDefinition cannot redefine it"
+            ),
+        ));
+    }
     let crd = capstan_schema::CrdInfo::from_value(object).map_err(|e| ApiError::Invalid {
         group: "apiextensions.k8s.io".into(),
         kind: "CustomResourceDefinition".into(),
@@ -1060,6 +1122,68 @@ fn admit_crd(object: &mut Value) -> Result<capstan_schema::CrdInfo, ApiError> {
         );
     }
     Ok(crd)
+}
+
+/// How many stored objects a replacing definition is checked against before it is refused or
+/// accepted; the violations of the first few are reported.
+const MAX_REPORTED_INCOMPATIBLE: usize = 3;
+
+/// A definition that replaces a served kind must keep what is stored readable and writable:
+/// every stored object's version is served by it and the object is valid under that version's
+/// schema. Otherwise every later write of those objects would fail, so it is refused, naming the
+/// objects and fields.
+async fn check_stored_objects(
+    state: &ApiState,
+    crd: &capstan_schema::CrdInfo,
+) -> Result<(), ApiError> {
+    let resource = format!("{}/{}", crd.group, crd.plural);
+    let page = state.store.list(resource, None, None, None, None).await?;
+    let mut problems = Vec::new();
+    for item in &page.items {
+        let Ok(object) = stored_value(item) else {
+            continue;
+        };
+        let version = object["apiVersion"]
+            .as_str()
+            .and_then(|v| v.rsplit('/').next())
+            .unwrap_or_default();
+        let where_ = if item.key.namespace.is_empty() {
+            item.key.name.clone()
+        } else {
+            format!("{}/{}", item.key.namespace, item.key.name)
+        };
+        match crd.version(version) {
+            None => problems.push(format!(
+                "{where_} is stored in version {version:?}, which the definition does not have"
+            )),
+            Some(served) => {
+                if let Some(schema) = &served.schema {
+                    let violations = capstan_schema::validate(schema, &object);
+                    if let Some(first) = violations.first() {
+                        problems.push(format!(
+                            "{where_} would be invalid: {}: {}",
+                            first.path, first.message
+                        ));
+                    }
+                }
+            }
+        }
+        if problems.len() >= MAX_REPORTED_INCOMPATIBLE {
+            break;
+        }
+    }
+    if problems.is_empty() {
+        return Ok(());
+    }
+    Err(crd_invalid(
+        &crd.definition,
+        "spec.versions",
+        format!(
+            "Forbidden: the definition does not fit the {} already stored ({}); migrate or delete them first",
+            crd.plural,
+            problems.join("; ")
+        ),
+    ))
 }
 
 fn object_names(crd: &capstan_schema::CrdInfo) -> Value {
@@ -1174,6 +1298,9 @@ async fn create_once(
             warnings,
         ));
     }
+    if let Some(crd) = &crd {
+        check_stored_objects(state, crd).await?;
+    }
     let stored = state.store.create(request.key(&name), storage_form).await?;
     if let Some(crd) = crd {
         state.registry_write().insert(crd);
@@ -1285,6 +1412,9 @@ async fn write_owned(
             .await?;
         after_delete(state, request, &deleted)?;
         return Ok(committed(state, request, &deleted));
+    }
+    if let Some(crd) = &crd {
+        check_stored_objects(state, crd).await?;
     }
     let stored = state
         .store
