@@ -23,6 +23,12 @@ use serde_json::{Map, Value, json};
 /// The manager that receives the fields of an object first applied to without field tracking.
 pub const BEFORE_FIRST_APPLY: &str = "before-first-apply";
 
+/// At most this many `Update` entries are kept; older ones merge into [`ANCIENT_CHANGES`].
+pub const MAX_UPDATE_ENTRIES: usize = 10;
+
+/// The manager the oldest updates are merged into, per API version.
+pub const ANCIENT_CHANGES: &str = "ancient-changes";
+
 /// The longest manager name accepted.
 pub const MAX_MANAGER_LENGTH: usize = 128;
 
@@ -434,7 +440,51 @@ fn record_update(
             fields,
         }),
     }
+    cap_update_entries(&mut entries);
     entries
+}
+
+/// Keeps at most [`MAX_UPDATE_ENTRIES`] `Update` entries: the oldest are merged, per API
+/// version, into an [`ANCIENT_CHANGES`] entry (which takes the time of the newest merged one).
+fn cap_update_entries(entries: &mut Vec<Entry>) {
+    let mut updaters: Vec<usize> = (0..entries.len())
+        .filter(|&i| entries[i].operation == Operation::Update)
+        .collect();
+    if updaters.len() <= MAX_UPDATE_ENTRIES {
+        return;
+    }
+    updaters.sort_by(|&a, &b| {
+        (&entries[a].time, &entries[a].manager).cmp(&(&entries[b].time, &entries[b].manager))
+    });
+    let mut count = updaters.len();
+    let mut first_of_version: Vec<(String, usize)> = Vec::new();
+    let mut removed = vec![false; entries.len()];
+    for &index in &updaters {
+        if count <= MAX_UPDATE_ENTRIES {
+            break;
+        }
+        let version = entries[index].api_version.clone();
+        match first_of_version.iter().find(|(v, _)| *v == version) {
+            Some(&(_, bucket)) => {
+                let merged = entries[index].fields.clone();
+                let time = entries[index].time.clone();
+                let target = &mut entries[bucket];
+                target.manager = ANCIENT_CHANGES.to_owned();
+                target.subresource = String::new();
+                target.fields = target.fields.union(&merged);
+                target.time = time;
+                removed[index] = true;
+                count -= 1;
+            }
+            None => first_of_version.push((version, index)),
+        }
+    }
+    let mut index = 0;
+    entries.retain(|_| {
+        let keep = !removed[index];
+        index += 1;
+        keep
+    });
 }
 
 /// The result of an apply.
@@ -562,6 +612,7 @@ fn apply_fields(
         }
     }
     entries.retain(|e| !e.fields.is_empty());
+    cap_update_entries(&mut entries);
     Ok(Applied { object, entries })
 }
 
@@ -862,6 +913,46 @@ mod tests {
         )
         .unwrap();
         assert_eq!(synced["spec"]["replicas"], 3);
+    }
+
+    #[test]
+    fn the_oldest_of_many_updaters_merge_into_ancient_changes() {
+        let v = deployment();
+        let mut o = Object::new();
+        o.apply(&v, "a", dep(json!({"replicas": 1})), false)
+            .unwrap();
+        for i in 0..12 {
+            let mut next = o.value.clone().unwrap();
+            next["metadata"]["labels"][format!("l{i}")] = json!("x");
+            let mut c = ctx(&v);
+            c.now = format!("2026-01-01T00:00:{i:02}Z");
+            o.entries = update(
+                &c,
+                o.value.as_ref(),
+                &next,
+                o.entries.clone(),
+                &format!("m{i:02}"),
+            );
+            o.value = Some(next);
+        }
+        let updaters = o
+            .entries
+            .iter()
+            .filter(|e| e.operation == Operation::Update)
+            .count();
+        assert_eq!(updaters, MAX_UPDATE_ENTRIES);
+        let ancient = o
+            .entries
+            .iter()
+            .find(|e| e.manager == ANCIENT_CHANGES)
+            .unwrap();
+        assert!(
+            o.entries
+                .iter()
+                .all(|e| e.manager != "m00" && e.manager != "m01")
+        );
+        assert!(ancient.time.is_some());
+        assert!(o.owner("a").is_object(), "appliers are never merged");
     }
 
     #[test]
