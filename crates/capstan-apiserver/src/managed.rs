@@ -178,7 +178,7 @@ pub fn encode(entries: &[Entry]) -> Value {
 /// Removes `metadata.managedFields`, for comparisons.
 pub fn without_managed_fields(object: &Value) -> Value {
     let mut out = object.clone();
-    if let Some(meta) = out["metadata"].as_object_mut() {
+    if let Some(meta) = out.get_mut("metadata").and_then(Value::as_object_mut) {
         meta.remove("managedFields");
     }
     out
@@ -186,7 +186,7 @@ pub fn without_managed_fields(object: &Value) -> Value {
 
 /// Sets (or, when there are no entries, removes) `metadata.managedFields`.
 pub fn set_managed_fields(object: &mut Value, entries: &[Entry]) {
-    if let Some(meta) = object["metadata"].as_object_mut() {
+    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
         if entries.is_empty() {
             meta.remove("managedFields");
         } else {
@@ -528,19 +528,25 @@ pub fn apply(
         other => other?,
     };
     if manager == KUBECTL
-        && let Some(annotations) = applied.object["metadata"]["annotations"].as_object_mut()
+        && let Some(annotations) = applied
+            .object
+            .pointer_mut("/metadata/annotations")
+            .and_then(Value::as_object_mut)
         && annotations
             .get(LAST_APPLIED)
             .is_some_and(|v| v.as_str().is_some_and(|t| !t.is_empty()))
     {
         let mut last = config.clone();
-        if let Some(a) = last["metadata"]["annotations"].as_object_mut() {
-            a.remove(LAST_APPLIED);
-            if a.is_empty()
-                && let Some(meta) = last["metadata"].as_object_mut()
-            {
-                meta.remove("annotations");
-            }
+        let emptied = last
+            .pointer_mut("/metadata/annotations")
+            .and_then(Value::as_object_mut)
+            .is_some_and(|a| {
+                a.remove(LAST_APPLIED);
+                a.is_empty()
+            });
+        if emptied && let Some(meta) = last.pointer_mut("/metadata").and_then(Value::as_object_mut)
+        {
+            meta.remove("annotations");
         }
         annotations.insert(LAST_APPLIED.into(), Value::String(last.to_string()));
     }

@@ -87,6 +87,10 @@ fn ownership_story(bin: &Path) {
         json!({"f:data": {"f:a": {}, "f:b": {}}, "f:metadata": {"f:labels": {"f:team": {}}}}),
         "{object}"
     );
+    assert!(
+        object["metadata"].get("annotations").is_none(),
+        "nothing but what was applied: {object}"
+    );
     let entry = &object["metadata"]["managedFields"][0];
     assert_eq!(entry["apiVersion"], "v1");
     assert_eq!(entry["fieldsType"], "FieldsV1");
