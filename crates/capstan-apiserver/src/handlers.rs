@@ -9,7 +9,7 @@ use crate::registry::Served;
 use crate::selectors::{FieldSelector, LabelSelector, labels_of};
 use crate::status::{ApiError, Cause};
 use crate::target::ResourcePath;
-use crate::{ApiState, table};
+use crate::{ApiState, managed, table};
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -117,6 +117,117 @@ impl Request {
             .map_err(|e| {
                 ApiError::BadRequest(format!("cannot convert to the storage version: {e}"))
             })
+    }
+}
+
+/// Who owns the fields a write sets.
+pub(crate) enum Ownership {
+    /// Recorded as an `Update` by the request's field manager.
+    Track,
+    /// Already worked out (server-side apply).
+    Applied(Vec<managed::Entry>),
+}
+
+impl Request {
+    /// The request's field manager: `fieldManager`, else the client's name from its User-Agent.
+    fn field_manager(&self) -> String {
+        if let Some(given) = self.query.get("fieldManager").filter(|m| !m.is_empty()) {
+            return given.clone();
+        }
+        let agent = self
+            .headers
+            .get(header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        agent
+            .split('/')
+            .next()
+            .unwrap_or_default()
+            .chars()
+            .take(managed::MAX_MANAGER_LENGTH)
+            .collect()
+    }
+
+    /// What a write through this request may own.
+    fn reach(&self) -> managed::Reach {
+        match self.path.subresource.as_deref() {
+            Some("status") => managed::Reach::OnlyStatus,
+            _ if self.served.has_status() => managed::Reach::NotStatus,
+            _ => managed::Reach::All,
+        }
+    }
+}
+
+/// The request's kind in each served version, for field ownership.
+struct KindVersions<'a> {
+    state: &'a ApiState,
+    request: &'a Request,
+}
+
+fn split_api_version(api_version: &str) -> (&str, &str) {
+    api_version.split_once('/').unwrap_or(("", api_version))
+}
+
+impl managed::Versions for KindVersions<'_> {
+    fn shape(&self, api_version: &str) -> Option<crate::structured::Shape<'_>> {
+        let (group, version) = split_api_version(api_version);
+        if group != self.request.group() {
+            return None;
+        }
+        let served = self.request.served.crd.version(version)?;
+        Some(crate::structured::Shape::root(
+            served.schema.as_ref(),
+            crate::builtin::is_typed(group, self.request.kind()),
+        ))
+    }
+
+    fn convert(&self, object: &Value, api_version: &str) -> Option<Value> {
+        if api_version == self.request.served.api_version() {
+            return Some(object.clone());
+        }
+        let (group, version) = split_api_version(api_version);
+        if group != self.request.group() || self.request.kind() == "Event" {
+            return None;
+        }
+        self.request.served.crd.version(version)?;
+        self.state
+            .converter
+            .convert(group, self.request.kind(), object.clone(), version)
+            .ok()
+    }
+}
+
+/// Runs `f` with the field-ownership context of `request`.
+fn with_context<T>(
+    state: &ApiState,
+    request: &Request,
+    f: impl FnOnce(&managed::Context<'_>) -> T,
+) -> T {
+    let versions = KindVersions { state, request };
+    let api_version = request.served.api_version();
+    let ctx = managed::Context {
+        api_version: &api_version,
+        subresource: request.path.subresource.as_deref().unwrap_or_default(),
+        reach: request.reach(),
+        versions: &versions,
+        now: lifecycle::now(),
+    };
+    f(&ctx)
+}
+
+/// The ownership to start an update from: the request's `managedFields` when it sets them
+/// (an empty list clears them), else the stored ones. Subresources cannot set them.
+fn starting_entries(request: &Request, live: &Value, new: &Value) -> Vec<managed::Entry> {
+    let stored = managed::decode(live).unwrap_or_default();
+    if request.path.subresource.is_some() {
+        return stored;
+    }
+    if managed::is_reset(new) {
+        return Vec::new();
+    }
+    match managed::decode(new) {
+        Some(given) if !given.is_empty() => given,
+        _ => stored,
     }
 }
 
@@ -312,6 +423,14 @@ pub(crate) async fn handle(
 ) -> Result<Response, ApiError> {
     let has_name = request.path.name.is_some();
     crate::params::validate(&request.query)?;
+    if let Some(manager) = request.query.get("fieldManager")
+        && (manager.len() > managed::MAX_MANAGER_LENGTH || manager.chars().any(char::is_control))
+    {
+        return Err(patch_options_invalid(
+            "fieldManager",
+            "Invalid value: must be at most 128 bytes of printable characters",
+        ));
+    }
     let subresource = request.path.subresource.clone();
     if let Some(response) =
         crate::builtin::subresources::handle(&state, &method, &request, &body).await
@@ -915,8 +1034,70 @@ async fn watch_collection(state: Arc<ApiState>, request: Request) -> Result<Resp
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response()))
 }
 
-/// Prepares a CustomResourceDefinition for storage: it must parse, and it is marked accepted.
+/// The annotation Kubernetes requires on CRDs in its protected groups.
+const API_APPROVED: &str = "api-approved.kubernetes.io";
+
+fn crd_invalid(object: &Value, field: &str, message: String) -> ApiError {
+    ApiError::Invalid {
+        group: "apiextensions.k8s.io".into(),
+        kind: "CustomResourceDefinition".into(),
+        name: object["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+        summary: format!("{field}: {message}"),
+        causes: vec![Cause {
+            reason: "FieldValueInvalid".into(),
+            message,
+            field: field.to_owned(),
+        }],
+    }
+}
+
+/// Prepares a CustomResourceDefinition for storage: it must parse, name a group as Kubernetes
+/// requires (a domain; its protected groups only with the approval annotation), and not redefine
+/// one of Kubernetes' own resources; it is then marked accepted.
 fn admit_crd(object: &mut Value) -> Result<capstan_schema::CrdInfo, ApiError> {
+    let group = object["spec"]["group"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    if !group.contains('.') {
+        return Err(crd_invalid(
+            object,
+            "spec.group",
+            format!("Invalid value: {group:?}: should be a domain with at least one dot"),
+        ));
+    }
+    let protected = ["k8s.io", "kubernetes.io"]
+        .iter()
+        .any(|d| group == *d || group.ends_with(&format!(".{d}")));
+    if protected
+        && object["metadata"]["annotations"][API_APPROVED]
+            .as_str()
+            .is_none_or(str::is_empty)
+    {
+        return Err(crd_invalid(
+            object,
+            &format!("metadata.annotations[{API_APPROVED}]"),
+            format!(
+                "Required value: protected groups must have approval annotation {API_APPROVED:?}, see https://github.com/kubernetes/enhancements/pull/1111"
+            ),
+        ));
+    }
+    let plural = object["spec"]["names"]["plural"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    if crate::registry::is_kubernetes_resource(&group, &plural) {
+        return Err(crd_invalid(
+            object,
+            "spec.group",
+            format!(
+                "Forbidden: {plural}.{group} is one of Kubernetes' own resources, served natively here; a CustomResourceDefinition cannot redefine it"
+            ),
+        ));
+    }
     let crd = capstan_schema::CrdInfo::from_value(object).map_err(|e| ApiError::Invalid {
         group: "apiextensions.k8s.io".into(),
         kind: "CustomResourceDefinition".into(),
@@ -942,6 +1123,68 @@ fn admit_crd(object: &mut Value) -> Result<capstan_schema::CrdInfo, ApiError> {
         );
     }
     Ok(crd)
+}
+
+/// How many stored objects a replacing definition is checked against before it is refused or
+/// accepted; the violations of the first few are reported.
+const MAX_REPORTED_INCOMPATIBLE: usize = 3;
+
+/// A definition that replaces a served kind must keep what is stored readable and writable:
+/// every stored object's version is served by it and the object is valid under that version's
+/// schema. Otherwise every later write of those objects would fail, so it is refused, naming the
+/// objects and fields.
+async fn check_stored_objects(
+    state: &ApiState,
+    crd: &capstan_schema::CrdInfo,
+) -> Result<(), ApiError> {
+    let resource = format!("{}/{}", crd.group, crd.plural);
+    let page = state.store.list(resource, None, None, None, None).await?;
+    let mut problems = Vec::new();
+    for item in &page.items {
+        let Ok(object) = stored_value(item) else {
+            continue;
+        };
+        let version = object["apiVersion"]
+            .as_str()
+            .and_then(|v| v.rsplit('/').next())
+            .unwrap_or_default();
+        let where_ = if item.key.namespace.is_empty() {
+            item.key.name.clone()
+        } else {
+            format!("{}/{}", item.key.namespace, item.key.name)
+        };
+        match crd.version(version) {
+            None => problems.push(format!(
+                "{where_} is stored in version {version:?}, which the definition does not have"
+            )),
+            Some(served) => {
+                if let Some(schema) = &served.schema {
+                    let violations = capstan_schema::validate(schema, &object);
+                    if let Some(first) = violations.first() {
+                        problems.push(format!(
+                            "{where_} would be invalid: {}: {}",
+                            first.path, first.message
+                        ));
+                    }
+                }
+            }
+        }
+        if problems.len() >= MAX_REPORTED_INCOMPATIBLE {
+            break;
+        }
+    }
+    if problems.is_empty() {
+        return Ok(());
+    }
+    Err(crd_invalid(
+        &crd.definition,
+        "spec.versions",
+        format!(
+            "Forbidden: the definition does not fit the {} already stored ({}); migrate or delete them first",
+            crd.plural,
+            problems.join("; ")
+        ),
+    ))
 }
 
 fn object_names(crd: &capstan_schema::CrdInfo) -> Value {
@@ -978,7 +1221,8 @@ async fn ensure_namespace(state: &ApiState, request: &Request) -> Result<(), Api
 async fn create(state: Arc<ApiState>, request: Request, body: Bytes) -> Result<Response, ApiError> {
     let object = parse_body(&request.headers, &body)?;
     crate::limits::check_depth(request.kind(), &object)?;
-    let (code, object, warnings) = create_object(&state, &request, object).await?;
+    let (code, object, warnings) =
+        create_object(&state, &request, object, Ownership::Track).await?;
     Ok(json_response(code, &object, &warnings))
 }
 
@@ -987,14 +1231,19 @@ async fn create_object(
     state: &ApiState,
     request: &Request,
     object: Value,
+    ownership: Ownership,
 ) -> Result<(StatusCode, Value, Vec<String>), ApiError> {
     let generated = object["metadata"]["name"]
         .as_str()
         .is_none_or(str::is_empty);
+    let entries = match ownership {
+        Ownership::Track => None,
+        Ownership::Applied(entries) => Some(entries),
+    };
     let mut attempts = 0;
     loop {
         attempts += 1;
-        match create_once(state, request, object.clone()).await {
+        match create_once(state, request, object.clone(), entries.clone()).await {
             Err(ApiError::AlreadyExists { .. }) if generated && attempts < MAX_WRITE_ATTEMPTS => {}
             other => return other,
         }
@@ -1005,6 +1254,7 @@ async fn create_once(
     state: &ApiState,
     request: &Request,
     mut object: Value,
+    applied: Option<Vec<managed::Entry>>,
 ) -> Result<(StatusCode, Value, Vec<String>), ApiError> {
     let mut warnings = Vec::new();
     admit(request, &mut object, &mut warnings)?;
@@ -1025,7 +1275,22 @@ async fn create_once(
         None
     };
     ensure_namespace(state, request).await?;
-    let storage_form = request.to_storage(state, object)?;
+    let entries = match applied {
+        Some(entries) => entries,
+        None => {
+            let given = if managed::is_reset(&object) {
+                Vec::new()
+            } else {
+                managed::decode(&object).unwrap_or_default()
+            };
+            let manager = request.field_manager();
+            with_context(state, request, |ctx| {
+                managed::update(ctx, None, &object, given, &manager)
+            })
+        }
+    };
+    let mut storage_form = request.to_storage(state, object)?;
+    managed::set_managed_fields(&mut storage_form, &entries);
     crate::limits::check_object(request.group(), request.kind(), &storage_form)?;
     if request.dry_run() {
         return Ok((
@@ -1033,6 +1298,9 @@ async fn create_once(
             request.to_requested(state, storage_form)?,
             warnings,
         ));
+    }
+    if let Some(crd) = &crd {
+        check_stored_objects(state, crd).await?;
     }
     let stored = state.store.create(request.key(&name), storage_form).await?;
     if let Some(crd) = crd {
@@ -1063,8 +1331,20 @@ pub(crate) async fn write_over(
     state: &ApiState,
     request: &Request,
     current: &StoredObject,
+    new: Value,
+    warnings: &mut Vec<String>,
+) -> Result<Value, ApiError> {
+    write_owned(state, request, current, new, warnings, Ownership::Track).await
+}
+
+/// [`write_over`] with the ownership of the written fields given.
+async fn write_owned(
+    state: &ApiState,
+    request: &Request,
+    current: &StoredObject,
     mut new: Value,
     warnings: &mut Vec<String>,
+    ownership: Ownership,
 ) -> Result<Value, ApiError> {
     let name = current.key.name.clone();
     if request.served.namespaced()
@@ -1098,8 +1378,27 @@ pub(crate) async fn write_over(
     } else {
         None
     };
+    let entries = match ownership {
+        Ownership::Applied(entries) => entries,
+        Ownership::Track => {
+            let live = request.to_requested(state, old.clone())?;
+            let start = starting_entries(request, &live, &new);
+            let manager = request.field_manager();
+            with_context(state, request, |ctx| {
+                managed::update(ctx, Some(&live), &new, start, &manager)
+            })
+        }
+    };
     let mut new_storage = request.to_storage(state, new)?;
-    let changed = lifecycle::prepare_update(&old, &mut new_storage, scope, request.kind())?;
+    lifecycle::prepare_update(&old, &mut new_storage, scope, request.kind())?;
+    managed::set_managed_fields(&mut new_storage, &entries);
+    let changed = {
+        let mut old_cmp = old.clone();
+        if let Some(m) = old_cmp["metadata"].as_object_mut() {
+            m.remove("resourceVersion");
+        }
+        old_cmp != new_storage
+    };
     crate::limits::check_object(request.group(), request.kind(), &new_storage)?;
     if !changed {
         return request.to_requested(state, old);
@@ -1114,6 +1413,9 @@ pub(crate) async fn write_over(
             .await?;
         after_delete(state, request, &deleted)?;
         return Ok(committed(state, request, &deleted));
+    }
+    if let Some(crd) = &crd {
+        check_stored_objects(state, crd).await?;
     }
     let stored = state
         .store
@@ -1257,18 +1559,18 @@ async fn patch(state: Arc<ApiState>, request: Request, body: Bytes) -> Result<Re
             .map_err(|e| ApiError::BadRequest(format!("the patch is not valid JSON: {e}")))?,
     };
     crate::limits::check_depth(request.kind(), &patch_doc)?;
+    if matches!(kind, PatchKind::Apply) {
+        return server_side_apply(state, request, patch_doc).await;
+    }
+    if request.query.contains_key("force") {
+        return Err(patch_options_invalid(
+            "force",
+            "Forbidden: may not be specified for non-apply patch",
+        ));
+    }
     let mut warnings = Vec::new();
     for _ in 0..MAX_WRITE_ATTEMPTS {
         let Some(current) = state.store.get(request.key(&name)).await? else {
-            if matches!(kind, PatchKind::Apply) && request.path.subresource.is_none() {
-                // Server-side apply creates what does not exist.
-                let mut object = patch_doc.clone();
-                if let Some(meta) = object["metadata"].as_object_mut() {
-                    meta.insert("name".into(), Value::String(name.clone()));
-                }
-                let (code, object, warnings) = create_object(&state, &request, object).await?;
-                return Ok(json_response(code, &object, &warnings));
-            }
             return Err(request.not_found(&name));
         };
         let mut patched = request.to_requested(&state, stored_value(&current)?)?;
@@ -1323,6 +1625,139 @@ async fn patch(state: Arc<ApiState>, request: Request, body: Bytes) -> Result<Re
             Err(ApiError::Conflict { .. }) if precondition.is_none() => continue,
             Err(err) => return Err(err),
             Ok(object) => return Ok(json_response(StatusCode::OK, &object, &warnings)),
+        }
+    }
+    Err(ApiError::Conflict {
+        group: request.group().to_owned(),
+        resource: request.path.plural.clone(),
+        name,
+        message: "too many concurrent writers; try again".into(),
+    })
+}
+
+/// A `422` for a bad PatchOptions parameter, as kube-apiserver words it.
+fn patch_options_invalid(field: &str, message: &str) -> ApiError {
+    ApiError::Invalid {
+        group: "meta.k8s.io".into(),
+        kind: "PatchOptions".into(),
+        name: String::new(),
+        summary: format!("{field}: {message}"),
+        causes: vec![Cause {
+            reason: if message.starts_with("Required") {
+                "FieldValueRequired".into()
+            } else {
+                "FieldValueForbidden".into()
+            },
+            message: message.to_owned(),
+            field: field.to_owned(),
+        }],
+    }
+}
+
+/// Server-side apply (`application/apply-patch+yaml`): merges the applied configuration into the
+/// object (creating it if needed), tracks field ownership, and refuses to change fields other
+/// managers own unless `force=true`.
+async fn server_side_apply(
+    state: Arc<ApiState>,
+    request: Request,
+    mut config: Value,
+) -> Result<Response, ApiError> {
+    let name = request.path.name.clone().unwrap_or_default();
+    let manager = request
+        .query
+        .get("fieldManager")
+        .filter(|m| !m.is_empty())
+        .cloned()
+        .ok_or_else(|| {
+            patch_options_invalid(
+                "fieldManager",
+                "Required value: is required for apply patch",
+            )
+        })?;
+    let force = match request.query.get("force").map(String::as_str) {
+        None | Some("" | "false") => false,
+        Some("true") => true,
+        Some(other) => {
+            return Err(ApiError::BadRequest(format!(
+                "force: {other:?} is not a boolean"
+            )));
+        }
+    };
+    let config_map = config.as_object_mut().ok_or_else(|| {
+        ApiError::BadRequest("the applied configuration must be an object".into())
+    })?;
+    let expected = request.served.api_version();
+    match config_map.get("apiVersion").and_then(Value::as_str) {
+        Some(given) if given == expected => {}
+        given => {
+            return Err(ApiError::BadRequest(format!(
+                "Incorrect version specified in apply patch. Specified patch version: {}, expected: {expected}",
+                given.unwrap_or_default()
+            )));
+        }
+    }
+    if !config["metadata"]["managedFields"].is_null() {
+        return Err(ApiError::BadRequest(
+            "metadata.managedFields must be nil".into(),
+        ));
+    }
+    if config["metadata"]["name"].is_null()
+        && let Some(meta) = config
+            .as_object_mut()
+            .map(|o| o.entry("metadata").or_insert_with(|| json!({})))
+            .and_then(Value::as_object_mut)
+    {
+        meta.insert("name".into(), Value::String(name.clone()));
+    }
+    let precondition = precondition_rv(&config)?;
+    for _ in 0..MAX_WRITE_ATTEMPTS {
+        let current = state.store.get(request.key(&name)).await?;
+        if current.is_none() && request.path.subresource.is_some() {
+            return Err(request.not_found(&name));
+        }
+        if let (Some(expected), Some(current)) = (precondition, &current)
+            && expected != current.resource_version
+        {
+            return Err(capstan_store::StoreError::Conflict {
+                key: current.key.clone(),
+                expected,
+                actual: current.resource_version,
+            }
+            .into());
+        }
+        let live = current
+            .as_ref()
+            .map(|c| stored_value(c).and_then(|v| request.to_requested(&state, v)))
+            .transpose()?;
+        let entries = live.as_ref().and_then(managed::decode).unwrap_or_default();
+        let applied = with_context(&state, &request, |ctx| {
+            managed::apply(ctx, live.as_ref(), &config, entries, &manager, force)
+        })
+        .map_err(|conflicts| ApiError::ApplyConflict {
+            message: conflicts.message(),
+            causes: conflicts.causes(),
+        })?;
+        let ownership = Ownership::Applied(applied.entries);
+        let mut warnings = Vec::new();
+        let outcome = match &current {
+            None => create_object(&state, &request, applied.object, ownership).await,
+            Some(current) => write_owned(
+                &state,
+                &request,
+                current,
+                applied.object,
+                &mut warnings,
+                ownership,
+            )
+            .await
+            .map(|object| (StatusCode::OK, object, std::mem::take(&mut warnings))),
+        };
+        match outcome {
+            // Someone else wrote meanwhile: read again and re-apply.
+            Err(ApiError::Conflict { .. } | ApiError::AlreadyExists { .. })
+                if precondition.is_none() => {}
+            Err(err) => return Err(err),
+            Ok((code, object, warnings)) => return Ok(json_response(code, &object, &warnings)),
         }
     }
     Err(ApiError::Conflict {

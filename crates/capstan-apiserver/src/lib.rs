@@ -3,7 +3,8 @@
 //! It serves capstan's built-in kinds and any CustomResourceDefinition applied to it, with the API
 //! semantics `kubectl` and kube-rs use: discovery, CRUD, `resourceVersion` and optimistic concurrency,
 //! `generation`, the `status` subresource, finalizers and `deletionTimestamp`, label and field
-//! selectors, pagination, watches with resume and bookmarks, JSON merge / JSON / apply patches,
+//! selectors, pagination, watches with resume and bookmarks, JSON merge / JSON / strategic merge
+//! patches, server-side apply with field ownership (`managedFields`) and conflicts,
 //! schema defaulting, pruning and validation, several versions per kind with conversion, Tables, and
 //! OpenAPI v3. It listens on HTTPS only, authenticates with a bearer token or a client certificate
 //! signed by its CA, and exposes `/healthz`, `/readyz`, `/livez` and `/metrics`.
@@ -16,8 +17,7 @@
 //! and bootstrap tokens) and authorized by RBAC ([`authz`], with kube-apiserver's default roles);
 //! the review APIs ([`reviews`]) answer `kubectl auth can-i` and `kubectl auth whoami`.
 //!
-//! Not served: aggregated discovery, server-side apply field ownership (apply patches merge),
-//! impersonation and admission webhooks.
+//! Not served: aggregated discovery and admission webhooks.
 
 pub mod authn;
 pub mod authz;
@@ -26,9 +26,11 @@ pub mod client;
 pub mod conn;
 pub mod conversion;
 mod discovery;
+pub mod fieldset;
 mod handlers;
 pub mod lifecycle;
 pub mod limits;
+pub mod managed;
 pub mod metrics;
 pub mod openapi;
 pub mod params;
@@ -39,6 +41,7 @@ pub mod reviews;
 pub mod selectors;
 pub mod status;
 pub mod strategic;
+pub mod structured;
 pub mod table;
 pub mod target;
 pub mod tls;
@@ -615,7 +618,7 @@ async fn api(
                 Ok(decoded) => decoded,
                 Err(err) => return err.into_response(),
             };
-            let wants_protobuf = typed && verb != "watch" && wire::prefers_protobuf(&headers);
+            let wants_protobuf = typed && wire::prefers_protobuf(&headers);
             let resource = path.plural.clone();
             let request = handlers::Request {
                 served,
@@ -634,7 +637,9 @@ async fn api(
             if writes_rbac {
                 state.rbac_cache.invalidate();
             }
-            if wants_protobuf {
+            if wants_protobuf && verb == "watch" {
+                response = wire::watch_to_protobuf(response, &api_version).await;
+            } else if wants_protobuf {
                 response = wire::response_to_protobuf(response, &api_version).await;
             }
             state

@@ -385,6 +385,15 @@ const PLATFORM_KINDS: &[KindInfo] = &[
     },
 ];
 
+/// Whether `group`/`plural` is one of Kubernetes' own resources this server serves natively (typed,
+/// or part of the platform: CRDs, Leases, Events), which no CustomResourceDefinition may redefine.
+pub fn is_kubernetes_resource(group: &str, plural: &str) -> bool {
+    crate::builtin::KINDS
+        .iter()
+        .chain(PLATFORM_KINDS)
+        .any(|k| k.group == group && k.plural == plural)
+}
+
 /// The synthesised CRDs of capstan's kinds and the platform kinds (what `capstan crds` prints for
 /// the platform kinds). Kubernetes' own workload-cluster kinds are served too (see [`served_crds`])
 /// but are never CRDs in a real cluster, so they are not here.

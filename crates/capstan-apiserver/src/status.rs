@@ -39,6 +39,9 @@ pub enum ApiError {
         name: String,
         message: String,
     },
+    /// Server-side apply would change fields other managers own.
+    #[error("{message}")]
+    ApplyConflict { message: String, causes: Vec<Cause> },
     #[error("{kind} \"{name}\" is invalid: {summary}")]
     Invalid {
         group: String,
@@ -76,7 +79,9 @@ impl ApiError {
     pub fn code(&self) -> StatusCode {
         match self {
             Self::NotFound { .. } | Self::NoSuchResource => StatusCode::NOT_FOUND,
-            Self::AlreadyExists { .. } | Self::Conflict { .. } => StatusCode::CONFLICT,
+            Self::AlreadyExists { .. } | Self::Conflict { .. } | Self::ApplyConflict { .. } => {
+                StatusCode::CONFLICT
+            }
             Self::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             Self::BadRequest(_) => StatusCode::BAD_REQUEST,
             Self::Gone(_) => StatusCode::GONE,
@@ -94,7 +99,7 @@ impl ApiError {
         match self {
             Self::NotFound { .. } | Self::NoSuchResource => "NotFound",
             Self::AlreadyExists { .. } => "AlreadyExists",
-            Self::Conflict { .. } => "Conflict",
+            Self::Conflict { .. } | Self::ApplyConflict { .. } => "Conflict",
             Self::Invalid { .. } => "Invalid",
             Self::BadRequest(_) => "BadRequest",
             Self::Gone(_) => "Expired",
@@ -149,6 +154,9 @@ impl ApiError {
                 ..
             } => Some(json!({
                 "name": name, "group": group, "kind": kind,
+                "causes": causes.iter().map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field})).collect::<Vec<_>>(),
+            })),
+            Self::ApplyConflict { causes, .. } => Some(json!({
                 "causes": causes.iter().map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field})).collect::<Vec<_>>(),
             })),
             _ => None,

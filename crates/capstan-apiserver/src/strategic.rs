@@ -28,7 +28,7 @@ const DELETE_PRIMITIVE: &str = "$deleteFromPrimitiveList/";
 
 /// How a list field merges.
 #[derive(Clone, Debug, PartialEq, Eq)]
-enum ListStrategy {
+pub enum ListStrategy {
     /// Replaced by the patch's list.
     Replace,
     /// Merged element by element on this key.
@@ -40,7 +40,7 @@ enum ListStrategy {
 /// The merge strategy of the list at `field` under `parent` (the map key that holds it), taken from
 /// the `patchStrategy`/`patchMergeKey` tags of the Kubernetes types. `items` disambiguates the few
 /// names used by more than one type (`ports`, `addresses`).
-fn strategy(parent: Option<&str>, field: &str, items: &[Value]) -> ListStrategy {
+pub fn strategy(parent: Option<&str>, field: &str, items: &[Value]) -> ListStrategy {
     let first_has = |key: &str| items.iter().any(|i| i.get(key).is_some());
     match field {
         "finalizers" if parent == Some("metadata") => ListStrategy::MergeScalars,

@@ -1,13 +1,15 @@
 //! Media types on the wire: request bodies in protobuf are transcoded to JSON before the handlers
 //! see them, and responses go back in protobuf when the client prefers it, for Kubernetes' own kinds
-//! (custom resources are JSON only, as in Kubernetes). Bodies in a media type the server does not
-//! read are refused with `415` and a Status.
+//! (custom resources are JSON only, as in Kubernetes), watches as length-prefixed protobuf
+//! WatchEvents. Bodies in a media type the server does not read are refused with `415` and a
+//! Status.
 
 use crate::protobuf;
 use crate::status::ApiError;
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
 use http_body_util::BodyExt;
 
 /// The media types request bodies may have (patches are checked by the patch handler).
@@ -114,4 +116,42 @@ pub async fn response_to_protobuf(response: Response, api_version: &str) -> Resp
     );
     response.headers_mut().remove(header::CONTENT_LENGTH);
     response
+}
+
+/// Re-encodes a watch (JSON lines of `{"type", "object"}`) as a protobuf watch stream, event by
+/// event as they come; a watch that failed before it started answers its Status in protobuf.
+pub async fn watch_to_protobuf(response: Response, api_version: &str) -> Response {
+    if !response.status().is_success() {
+        return response_to_protobuf(response, api_version).await;
+    }
+    let (mut parts, body) = response.into_parts();
+    let (sender, receiver) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(64);
+    tokio::spawn(async move {
+        let mut stream = body.into_data_stream();
+        let mut pending: Vec<u8> = Vec::new();
+        while let Some(Ok(chunk)) = stream.next().await {
+            pending.extend_from_slice(&chunk);
+            while let Some(end) = pending.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = pending.drain(..=end).collect();
+                let Some(frame) = serde_json::from_slice::<serde_json::Value>(&line)
+                    .ok()
+                    .and_then(|event| protobuf::watch_frame(&event))
+                else {
+                    continue;
+                };
+                if sender.send(Ok(Bytes::from(frame))).await.is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(protobuf::WATCH_MEDIA_TYPE),
+    );
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(
+        parts,
+        Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(receiver)),
+    )
 }

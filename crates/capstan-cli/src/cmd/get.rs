@@ -132,8 +132,25 @@ fn with_event(event: &str, mut row: Vec<String>) -> Vec<String> {
     row
 }
 
+/// `value` (an object or a list) without `metadata.managedFields`, which kubectl hides too unless
+/// asked: field ownership is bookkeeping for writers, not what a reader wants to see.
+fn without_managed_fields(value: &Value) -> Value {
+    let mut out = value.clone();
+    let strip = |object: &mut Value| {
+        if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.remove("managedFields");
+        }
+    };
+    match out.get_mut("items").and_then(Value::as_array_mut) {
+        Some(items) => items.iter_mut().for_each(strip),
+        None => strip(&mut out),
+    }
+    out
+}
+
 /// Prints objects as YAML, JSON or `kind.group/name` (`resource`, as kubectl names them).
 fn print_objects(value: &Value, output: Output, resource: &str) -> anyhow::Result<()> {
+    let value = &without_managed_fields(value);
     let items: Vec<Value> = match value["items"].as_array() {
         Some(items) => items.clone(),
         None => vec![value.clone()],
@@ -259,4 +276,26 @@ pub fn urlencode(text: &str) -> String {
             _ => format!("%{b:02X}"),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn printed_objects_leave_field_ownership_out() {
+        let entry = json!([{"manager": "kubectl", "operation": "Apply"}]);
+        let object = json!({"metadata": {"name": "a", "managedFields": entry}});
+        assert_eq!(
+            without_managed_fields(&object),
+            json!({"metadata": {"name": "a"}})
+        );
+        let list = json!({"items": [object.clone(), object]});
+        assert_eq!(
+            without_managed_fields(&list),
+            json!({"items": [{"metadata": {"name": "a"}}, {"metadata": {"name": "a"}}]})
+        );
+    }
 }
