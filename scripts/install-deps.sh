@@ -11,6 +11,8 @@
 #   isolinux, syslinux, mtools, dosfstools, xorriso, cpio, kmod - boot media, the test OS image,
 #                 and the checks of what capstan-iso writes; `capstan ramdisk build` downloads the
 #                 Debian kernel and busybox-static packages itself (apt-get download)
+#   debootstrap, e2fsprogs - the root filesystem of the Debian cloud-init image the cluster
+#                 end-to-end test provisions (`capstan ramdisk cloud-image`)
 #   libvirt-dev, pkg-config - to build libvirt-python
 #   cargo-nextest - the test runner (per-test processes and time limits), from crates.io
 # kubectl is part of the machine image (1.32, with 1.27-1.33 in /usr/lib/google-cloud-sdk/bin).
@@ -20,7 +22,7 @@ set -euo pipefail
 packages=(cloud-init frr curl
   libvirt-daemon-system libvirt-clients libvirt-daemon-driver-qemu qemu-system-x86 qemu-utils
   tini dnsmasq-base isolinux syslinux syslinux-common mtools dosfstools xorriso cpio kmod
-  libvirt-dev pkg-config)
+  debootstrap e2fsprogs libvirt-dev pkg-config)
 
 as_root=()
 [ "$(id -u)" -eq 0 ] || as_root=(sudo)
@@ -69,6 +71,6 @@ if ! cargo nextest --version >/dev/null 2>&1; then
   cargo install --locked --quiet cargo-nextest
 fi
 
-for tool in cloud-init vtysh curl kubectl sushy-emulator virsh libvirtd virtlogd qemu-system-x86_64 qemu-img tini xorriso syslinux mcopy mkfs.vfat sfdisk; do
+for tool in cloud-init vtysh curl kubectl sushy-emulator virsh libvirtd virtlogd qemu-system-x86_64 qemu-img tini xorriso syslinux mcopy mkfs.vfat sfdisk debootstrap mkfs.ext4; do
   command -v "$tool" >/dev/null || { echo "install-deps: $tool is still missing" >&2; exit 1; }
 done

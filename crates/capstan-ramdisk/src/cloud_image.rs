@@ -70,6 +70,8 @@ const BASE_PACKAGES: &[&str] = &[
     "python3-yaml",
     "openssl",
     "ca-certificates",
+    // The bootstrap step runner reports each step to capstan with curl.
+    "curl",
     "iproute2",
     "ifupdown",
     "isc-dhcp-client",
