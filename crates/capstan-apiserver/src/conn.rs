@@ -305,14 +305,16 @@ pub(crate) async fn serve(
                             return;
                         }
                     };
-                    let has_certificate = stream
+                    // The handshake verified the chain against the CA; the leaf names the user.
+                    let identity = stream
                         .get_ref()
                         .1
                         .peer_certificates()
-                        .is_some_and(|c| !c.is_empty());
-                    let hook: Option<RequestHook> = has_certificate.then(|| {
-                        Arc::new(|request: &mut hyper::Request<axum::body::Body>| {
-                            request.extensions_mut().insert(crate::ClientCertificate);
+                        .and_then(|chain| chain.first())
+                        .and_then(|leaf| crate::authn::UserInfo::from_certificate(leaf.as_ref()));
+                    let hook: Option<RequestHook> = identity.map(|user| {
+                        Arc::new(move |request: &mut hyper::Request<axum::body::Body>| {
+                            request.extensions_mut().insert(user.clone());
                         }) as RequestHook
                     });
                     connection(router, stream, activity, hook, limits, stop, peer).await;

@@ -15,6 +15,7 @@
 //! Not served: aggregated discovery, server-side apply field ownership (apply patches merge), RBAC
 //! and admission webhooks.
 
+pub mod authn;
 pub mod builtin;
 pub mod client;
 pub mod conn;
@@ -53,7 +54,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock, RwLockWriteGuard};
 use std::time::Instant;
 
-pub use client::in_process_client;
+pub use authn::UserInfo;
+pub use client::{in_process_client, in_process_client_as};
 pub use metrics::Metrics;
 
 /// Why the API server could not start.
@@ -80,10 +82,6 @@ pub struct Auth {
     /// Accepted bearer tokens.
     pub tokens: Vec<String>,
 }
-
-/// The identity a TLS connection proved with a client certificate, inserted by the connection layer.
-#[derive(Clone, Debug)]
-pub struct ClientCertificate;
 
 /// Shared state of all requests.
 pub struct ApiState {
@@ -339,37 +337,35 @@ async fn openapi_doc(State(state): State<Arc<ApiState>>, uri: Uri) -> Response {
 
 async fn authenticate(
     State(state): State<Arc<ApiState>>,
-    request: HttpRequest,
+    mut request: HttpRequest,
     next: Next,
 ) -> Response {
-    let by_certificate = request.extensions().get::<ClientCertificate>().is_some();
-    let by_token = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .is_some_and(|token| {
-            state
-                .auth
-                .tokens
-                .iter()
-                .any(|t| constant_time_eq(t.as_bytes(), token.trim().as_bytes()))
-                || state
-                    .auth
-                    .tokens
-                    .first()
-                    .is_some_and(|key| builtin::tokens::verify(key, token.trim()).is_some())
-        });
-    if by_certificate || by_token {
-        next.run(request).await
-    } else {
-        ApiError::Unauthorized.into_response()
+    // A client certificate (or an in-process caller) already named the user.
+    if request.extensions().get::<UserInfo>().is_some() {
+        return next.run(request).await;
+    }
+    let Some(token) = bearer_token(request.headers()) else {
+        return ApiError::Unauthorized.into_response();
+    };
+    match authn::authenticate_token(&state, &token).await {
+        Ok(user) => {
+            request.extensions_mut().insert(user);
+            next.run(request).await
+        }
+        Err(rejection) => {
+            // The reason names the kind of credential, never the token.
+            tracing::info!(reason = %rejection, "refused a bearer token");
+            ApiError::Unauthorized.into_response()
+        }
     }
 }
 
-/// Compares secrets without an early exit, so timing does not reveal a matching prefix.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// The bearer token of an `Authorization` header (the scheme is case-insensitive).
+fn bearer_token(headers: &HeaderMap) -> Option<String> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.trim().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then(|| token.to_owned())
 }
 
 fn verb(

@@ -9,11 +9,14 @@ mod support;
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
-use support::raw::request;
+use support::raw::{request, request_as};
 use support::{kubectl, start};
 
 const PLAIN: &str = "pw-Zq81-never-logged";
 const NOT_BASE64: &str = "raw!pw-Zq81-never-logged-either";
+/// The secret half of a bootstrap token (and a wrong one presented for the same id).
+const TOKEN_SECRET: &str = "zq81neverlogged0";
+const WRONG_TOKEN_SECRET: &str = "zq81neverlogged1";
 
 #[derive(Clone, Default)]
 struct Captured(Arc<Mutex<Vec<u8>>>);
@@ -105,6 +108,31 @@ fn secret_values_never_reach_the_log_at_any_level() {
     );
     assert_eq!(code, 200);
 
+    // Bootstrap tokens, accepted and refused, are not logged either.
+    let token_secret = serde_json::json!({"apiVersion": "v1", "kind": "Secret", "type": "bootstrap.kubernetes.io/token",
+        "metadata": {"name": "bootstrap-token-zq81ab", "namespace": "kube-system"},
+        "stringData": {"token-id": "zq81ab", "token-secret": TOKEN_SECRET, "usage-bootstrap-authentication": "true"}});
+    let (code, body) = request(
+        &server,
+        "POST",
+        "/api/v1/namespaces/kube-system/secrets",
+        "application/json",
+        token_secret.to_string().as_bytes(),
+    );
+    assert_eq!(code, 201, "{body}");
+    for (secret, expected) in [(TOKEN_SECRET, 200), (WRONG_TOKEN_SECRET, 401)] {
+        let token = format!("zq81ab.{secret}");
+        let (code, body) = request_as(
+            &server,
+            Some(&token),
+            "GET",
+            "/api",
+            "application/json",
+            b"",
+        );
+        assert_eq!(code, expected, "{body}");
+    }
+
     let log = String::from_utf8_lossy(&captured.0.lock().unwrap()).into_owned();
     assert!(
         log.contains("TRACE") || log.contains("DEBUG"),
@@ -112,7 +140,13 @@ fn secret_values_never_reach_the_log_at_any_level() {
     );
     use base64::Engine;
     let encoded = base64::engine::general_purpose::STANDARD.encode(PLAIN);
-    for secret in [PLAIN, NOT_BASE64, encoded.as_str()] {
+    for secret in [
+        PLAIN,
+        NOT_BASE64,
+        encoded.as_str(),
+        TOKEN_SECRET,
+        WRONG_TOKEN_SECRET,
+    ] {
         assert!(!log.contains(secret), "{secret:?} is in the log");
     }
 }

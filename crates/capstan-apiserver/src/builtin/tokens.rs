@@ -1,7 +1,8 @@
 //! ServiceAccount tokens (`POST serviceaccounts/NAME/token`, a `TokenRequest`): bearer tokens that
 //! name the ServiceAccount and expire, signed with HMAC-SHA256 under a key derived from the server's
 //! admin token, so they verify without storage and survive restarts (and stop verifying when the
-//! admin token is rotated). The API has no RBAC yet: a valid token has the admin's rights.
+//! admin token is rotated). A token authenticates as `system:serviceaccount:NS:NAME` while its
+//! ServiceAccount exists with the uid it was issued for (see [`crate::authn`]).
 
 use base64::Engine;
 use ring::hmac;
@@ -79,20 +80,34 @@ pub fn issue(
     }))
 }
 
-/// The ServiceAccount (`namespace`, `name`) a token names, if it verifies and has not expired.
-pub fn verify(secret: &str, token: &str) -> Option<(String, String)> {
+/// What a verified token says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Claims {
+    pub namespace: String,
+    pub name: String,
+    /// The ServiceAccount's uid when the token was issued.
+    pub uid: String,
+    /// Expiry, in seconds since the epoch.
+    pub expires: i64,
+}
+
+/// The ServiceAccount a token names, if it verifies and has not expired.
+pub fn verify(secret: &str, token: &str) -> Option<Claims> {
     let rest = token.strip_prefix(PREFIX)?;
     let (payload, signature) = rest.split_once('.')?;
     let signature = b64().decode(signature).ok()?;
     hmac::verify(&key(secret), payload.as_bytes(), &signature).ok()?;
     let claims: Value = serde_json::from_slice(&b64().decode(payload).ok()?).ok()?;
-    if claims["exp"].as_i64()? <= jiff::Timestamp::now().as_second() {
+    let expires = claims["exp"].as_i64()?;
+    if expires <= jiff::Timestamp::now().as_second() {
         return None;
     }
-    Some((
-        claims["ns"].as_str()?.to_owned(),
-        claims["sa"].as_str()?.to_owned(),
-    ))
+    Some(Claims {
+        namespace: claims["ns"].as_str()?.to_owned(),
+        name: claims["sa"].as_str()?.to_owned(),
+        uid: claims["uid"].as_str().unwrap_or_default().to_owned(),
+        expires,
+    })
 }
 
 #[cfg(test)]
@@ -110,9 +125,14 @@ mod tests {
         )
         .unwrap();
         let token = issued["status"]["token"].as_str().unwrap();
+        let claims = verify("admin-secret", token).unwrap();
         assert_eq!(
-            verify("admin-secret", token),
-            Some(("kube-system".to_owned(), "cilium".to_owned()))
+            (
+                claims.namespace.as_str(),
+                claims.name.as_str(),
+                claims.uid.as_str()
+            ),
+            ("kube-system", "cilium", "u1")
         );
         assert_eq!(verify("other", token), None);
         let tampered = token.replacen("capstan-sa.e", "capstan-sa.f", 1);

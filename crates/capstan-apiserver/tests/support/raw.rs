@@ -50,10 +50,31 @@ pub fn request(
     content_type: &str,
     body: &[u8],
 ) -> (u16, String) {
+    request_as(
+        server,
+        Some(&server.token),
+        method,
+        path,
+        content_type,
+        body,
+    )
+}
+
+/// One request with `token` (none: no `Authorization` header); answers the status code and body.
+pub fn request_as(
+    server: &Server,
+    token: Option<&str>,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: &[u8],
+) -> (u16, String) {
     let mut stream = connect(server);
+    let authorization = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
     let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {}\r\nContent-Type: {content_type}\r\nAccept: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        server.token,
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\n{authorization}Content-Type: {content_type}\r\nAccept: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
     stream.write_all(head.as_bytes()).unwrap();
