@@ -369,6 +369,12 @@ fn check_control_plane_console(vm: &Vm) {
         vm.name,
         report.join("\n")
     );
+    assert!(
+        report.iter().any(|l| l == "cloud-init status: done"),
+        "{}: cloud-init did not finish cleanly:\n{}",
+        vm.name,
+        report.join("\n")
+    );
     // The commands ran as root, in the order of the bootstrap data: pre, kubeadm, post.
     let order = [
         "capstan-e2e: control plane pre 1 as root",
@@ -596,6 +602,10 @@ fn a_cluster_of_real_vms_runs_its_bootstrap_data_with_cloud_init() {
     assert!(
         positions.windows(2).all(|w| w[0] < w[1]),
         "the worker's bootstrap ran out of order ({positions:?} for {order:?})"
+    );
+    assert!(
+        serial.contains("capstan-report: cloud-init status: done"),
+        "cloud-init did not finish cleanly on the worker:\n{serial}"
     );
     assert!(
         !serial.contains("/etc/kubernetes/pki/ca.key"),
