@@ -31,8 +31,9 @@ use std::process::{Command, Stdio};
 
 const MIB: u64 = 1 << 20;
 const BOOT_PARTITION_BYTES: u64 = 96 * MIB;
-/// Free space left in the root filesystem beyond what the tree needs.
-const ROOT_SLACK_BYTES: u64 = 384 * MIB;
+/// Free space left in the root filesystem beyond what the tree needs (kept small: provisioning
+/// writes every byte of the image).
+const ROOT_SLACK_BYTES: u64 = 160 * MIB;
 const SYSLINUX_MBR: &str = "/usr/lib/syslinux/mbr/mbr.bin";
 /// The root filesystem's label, which the kernel command line names.
 pub const ROOT_LABEL: &str = "capstan-root";

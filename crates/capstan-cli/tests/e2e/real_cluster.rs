@@ -301,6 +301,13 @@ fn machine_of<'a>(machines: &'a [Value], deployment: &str) -> Option<&'a Value> 
         .find(|m| m["metadata"]["labels"]["cluster.x-k8s.io/deployment-name"] == deployment)
 }
 
+fn base64_decode(text: &str) -> Vec<u8> {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .unwrap()
+}
+
 /// The `capstan-report:` lines of a console log, without the prefix.
 fn report_lines(serial: &str) -> Vec<String> {
     serial
@@ -650,6 +657,52 @@ fn a_cluster_of_real_vms_runs_its_bootstrap_data_with_cloud_init() {
             nodes.iter().any(|n| n["spec"]["providerID"] == provider_id),
             "no Node in the workload API has providerID {provider_id:?}: {nodes:#?}"
         );
+    }
+
+    // The join token and the step-report tokens never reach the server log, status or describe.
+    let mut secrets: Vec<String> = Vec::new();
+    for secret in items(&workload, "secrets") {
+        let name = secret["metadata"]["name"].as_str().unwrap_or_default();
+        if let Some(id) = name.strip_prefix("bootstrap-token-") {
+            let encoded = secret["data"]["token-secret"].as_str().unwrap_or_default();
+            let secret = String::from_utf8(base64_decode(encoded)).unwrap();
+            secrets.push(format!("{id}.{secret}"));
+            secrets.push(secret);
+        }
+    }
+    let join_tokens = secrets.len();
+    for secret in items(&kc, "secrets") {
+        let name = secret["metadata"]["name"].as_str().unwrap_or_default();
+        if name.ends_with("-bootstrap-report") {
+            let encoded = secret["data"]["token"].as_str().unwrap_or_default();
+            secrets.push(String::from_utf8(base64_decode(encoded)).unwrap());
+        }
+    }
+    assert!(
+        join_tokens >= 2 && secrets.len() - join_tokens == 3,
+        "expected join tokens and three report tokens: {join_tokens} join token values, {} report tokens",
+        secrets.len() - join_tokens
+    );
+    let (_, described) = capstan(&["describe", "cluster", CLUSTER], &kc);
+    let status = format!(
+        "{}{}",
+        kubectl_json(&kc, &["get", "machines.cluster.x-k8s.io"]),
+        kubectl_json(&kc, &["get", "kubeadmconfigs.bootstrap.cluster.x-k8s.io"])
+    );
+    let events = kubectl_json(&kc, &["get", "events", "-A"]).to_string();
+    let server_log = std::fs::read_to_string(&log).unwrap();
+    for (what, text) in [
+        ("server log", server_log.as_str()),
+        ("describe cluster", described.as_str()),
+        ("Machine and KubeadmConfig status", status.as_str()),
+        ("events", events.as_str()),
+    ] {
+        for secret in &secrets {
+            assert!(
+                !text.contains(secret.as_str()),
+                "a token appears in the {what}"
+            );
+        }
     }
 
     println!("e2e: phase times (seconds since the phase began):");
