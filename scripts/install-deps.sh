@@ -11,6 +11,8 @@
 #   isolinux, syslinux, mtools, dosfstools, xorriso, cpio, kmod - boot media, the test OS image,
 #                 and the checks of what capstan-iso writes; `capstan ramdisk build` downloads the
 #                 Debian kernel and busybox-static packages itself (apt-get download)
+#   debootstrap, e2fsprogs - the root filesystem of the Debian cloud-init image the cluster
+#                 end-to-end test provisions (`capstan ramdisk cloud-image`)
 #   libvirt-dev, pkg-config - to build libvirt-python
 #   kubernetes (PyPI, pinned) - the official Python client, a second real client of `capstan serve`
 #   cargo-nextest - the test runner (per-test processes and time limits), from crates.io
@@ -21,7 +23,7 @@ set -euo pipefail
 packages=(cloud-init frr curl
   libvirt-daemon-system libvirt-clients libvirt-daemon-driver-qemu qemu-system-x86 qemu-utils
   tini dnsmasq-base isolinux syslinux syslinux-common mtools dosfstools xorriso cpio kmod
-  libvirt-dev pkg-config)
+  debootstrap e2fsprogs libvirt-dev pkg-config)
 
 as_root=()
 [ "$(id -u)" -eq 0 ] || as_root=(sudo)
@@ -77,6 +79,6 @@ if ! cargo nextest --version >/dev/null 2>&1; then
   cargo install --locked --quiet cargo-nextest
 fi
 
-for tool in cloud-init vtysh curl kubectl sushy-emulator virsh libvirtd virtlogd qemu-system-x86_64 qemu-img tini xorriso syslinux mcopy mkfs.vfat sfdisk; do
+for tool in cloud-init vtysh curl kubectl sushy-emulator virsh libvirtd virtlogd qemu-system-x86_64 qemu-img tini xorriso syslinux mcopy mkfs.vfat sfdisk debootstrap mkfs.ext4; do
   command -v "$tool" >/dev/null || { echo "install-deps: $tool is still missing" >&2; exit 1; }
 done

@@ -31,8 +31,9 @@ use std::process::{Command, Stdio};
 
 const MIB: u64 = 1 << 20;
 const BOOT_PARTITION_BYTES: u64 = 96 * MIB;
-/// Free space left in the root filesystem beyond what the tree needs.
-const ROOT_SLACK_BYTES: u64 = 384 * MIB;
+/// Free space left in the root filesystem beyond what the tree needs (kept small: provisioning
+/// writes every byte of the image).
+const ROOT_SLACK_BYTES: u64 = 160 * MIB;
 const SYSLINUX_MBR: &str = "/usr/lib/syslinux/mbr/mbr.bin";
 /// The root filesystem's label, which the kernel command line names.
 pub const ROOT_LABEL: &str = "capstan-root";
@@ -59,6 +60,9 @@ WantedBy=cloud-init.target\n";
 const CLOUD_CFG: &str = "# capstan: read the config drive (config-2) the provisioner writes, else NoCloud.\n\
 datasource_list: [ ConfigDrive, NoCloud, None ]\n";
 
+/// The locale cloud-init sets.
+const LOCALE_CFG: &str = "# capstan: a locale every Debian system has.\nlocale: C.UTF-8\n";
+
 /// Packages `debootstrap` installs; `cloud-init` and the kernel follow inside the chroot (so that
 /// debootstrap's resolver does not stop on cloud-init's virtual dependencies).
 const BASE_PACKAGES: &[&str] = &[
@@ -70,6 +74,8 @@ const BASE_PACKAGES: &[&str] = &[
     "python3-yaml",
     "openssl",
     "ca-certificates",
+    // The bootstrap step runner reports each step to capstan with curl.
+    "curl",
     "iproute2",
     "ifupdown",
     "isc-dhcp-client",
@@ -100,9 +106,12 @@ pub struct CloudImage {
     pub cmdline: String,
 }
 
-/// The kernel command line of the image.
+/// The kernel command line of the image (`no_timer_check`: on an emulated or overcommitted machine
+/// the kernel's IO-APIC timer check can miss its window and panic).
 pub fn cmdline() -> String {
-    format!("root=LABEL={ROOT_LABEL} rw console=tty0 console=ttyS0,115200 net.ifnames=0")
+    format!(
+        "root=LABEL={ROOT_LABEL} rw console=tty0 console=ttyS0,115200 net.ifnames=0 no_timer_check"
+    )
 }
 
 fn sha256_file(path: &Path) -> Result<String, RamdiskError> {
@@ -284,6 +293,10 @@ pub fn build(
         std::fs::write(&path, contents).map_err(io("writing", &path))?;
         run(Command::new("chmod").arg("0755").arg(&path))?;
     }
+    // cloud-init's default locale (en_US.UTF-8) is not generated in a minbase system; C.UTF-8
+    // always exists, so the locale module succeeds and `cloud-init status` can say `done`.
+    let locale = root.join("etc/cloud/cloud.cfg.d/91-capstan-locale.cfg");
+    std::fs::write(&locale, LOCALE_CFG).map_err(io("writing", &locale))?;
     let unit = root.join("etc/systemd/system/capstan-bootstrap-report.service");
     std::fs::write(&unit, REPORT_UNIT).map_err(io("writing", &unit))?;
     let wants = root.join("etc/systemd/system/cloud-init.target.wants");

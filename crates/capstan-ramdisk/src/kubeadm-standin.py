@@ -133,12 +133,19 @@ class Api:
 
 def node_credentials(name, workdir):
     """A client certificate for system:node:NAME signed by the cluster CA (what kubelet gets)."""
-    key, csr, crt = (os.path.join(workdir, f) for f in ("node.key", "node.csr", "node.crt"))
+    key, csr, crt, ext = (os.path.join(workdir, f)
+                          for f in ("node.key", "node.csr", "node.crt", "node.ext"))
+    # An X.509 v3 client certificate, as kubeadm issues: TLS stacks refuse v1 certificates.
+    with open(ext, "w") as f:
+        f.write("basicConstraints=critical,CA:FALSE\n"
+                "keyUsage=critical,digitalSignature,keyEncipherment\n"
+                "extendedKeyUsage=clientAuth\n")
     subprocess.run(["openssl", "req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", key,
                     "-out", csr, "-subj", f"/O=system:nodes/CN=system:node:{name}"],
                    check=True, capture_output=True)
     subprocess.run(["openssl", "x509", "-req", "-in", csr, "-CA", f"{PKI}/ca.crt",
-                    "-CAkey", f"{PKI}/ca.key", "-CAcreateserial", "-out", crt, "-days", "1"],
+                    "-CAkey", f"{PKI}/ca.key", "-CAcreateserial", "-out", crt, "-days", "1",
+                    "-extfile", ext],
                    check=True, capture_output=True)
     return crt, key
 

@@ -5,6 +5,10 @@
 //! out a `sim.capstan.io/boot-delay`; read the bootstrap data ([`crate::cloud_config`]); then init or
 //! join in the workload cluster ([`crate::workload`]). A Node that exists is not registered again,
 //! so passes are idempotent; faults are played as the crate documentation says.
+//!
+//! A host with a real BMC is never booted here: its machine runs its bootstrap data itself. Once
+//! such a host is claimed by a cluster and being provisioned, the pass only makes sure the
+//! cluster's workload API is served where its nodes will dial it ([`Simulator::serve_for_real_nodes`]).
 
 use crate::cloud_config::{self, KubeadmAction};
 use crate::{ANNOTATION_BOOT_DELAY, ANNOTATION_FAULT, SimError, Simulator};
@@ -193,6 +197,29 @@ fn addresses(host: &BareMetalHost) -> Vec<(String, String)> {
     out
 }
 
+impl BootController {
+    /// A real host of a cluster: its node registers itself, the workload API only has to be there.
+    async fn serve_for_real_host(
+        &self,
+        host: &BareMetalHost,
+        state: &str,
+    ) -> Result<Action, SimError> {
+        let Some(cluster_name) = host.labels().get(LABEL_CLUSTER_NAME) else {
+            return Ok(Action::await_change());
+        };
+        if !matches!(state, "provisioning" | "provisioned") || !self.sim.settings().listen {
+            return Ok(Action::await_change());
+        }
+        let key = ClusterKey::new(host.namespace().unwrap_or_default(), cluster_name.clone());
+        if self.sim.serve_for_real_nodes(&key).await? {
+            Ok(Action::await_change())
+        } else {
+            // The cluster's CA Secret or endpoint is not there yet.
+            Ok(Action::requeue(JOIN_RETRY))
+        }
+    }
+}
+
 impl Reconciler for BootController {
     type Object = BareMetalHost;
     type Error = SimError;
@@ -214,6 +241,9 @@ impl Reconciler for BootController {
             .status
             .as_ref()
             .map_or("", |s| s.provisioning.state.as_str());
+        if !is_fake(&host) {
+            return self.serve_for_real_host(&host, state).await;
+        }
         let (Some(cluster_name), true, true) = (
             host.labels().get(LABEL_CLUSTER_NAME).cloned(),
             is_fake(&host) && state == "provisioned",
@@ -388,7 +418,12 @@ impl Reconciler for BootController {
         }
         if control_plane
             && self.sim.settings().listen
-            && !crate::listener::ensure(self.sim.management(), &cluster).await?
+            && !crate::listener::ensure(
+                self.sim.management(),
+                &cluster,
+                crate::listener::Bind::AnyLoopbackPort,
+            )
+            .await?
         {
             // The cluster's CA Secret is not there yet.
             return Ok(Action::requeue(JOIN_RETRY));

@@ -44,6 +44,13 @@
 //!   `BootstrapFailed` naming the failing command, no Node), `not-ready` (the Node's `Ready` turns
 //!   `Unknown`, as when the kubelet stops).
 //!
+//! - **Clusters of real machines**: for a host with a real BMC nothing above is played. Once it
+//!   is claimed by a cluster and provisioning, the cluster's API is started (empty) and served on
+//!   `127.0.0.1:<controlPlaneEndpoint port>` ([`Simulator::serve_for_real_nodes`]); the machines'
+//!   own bootstrap (cloud-init running the bootstrap data, `kubeadm init|join`) registers their
+//!   Nodes there. This is how the end-to-end test with virtual machines gets a workload API, as no
+//!   kube-apiserver is installable here: the machine side is real, the API server is capstan's.
+//!
 //! Not simulated: containers, pods other than the static ones, kube-proxy, CNI, the kubelet's
 //! heartbeats, certificate checks of the bootstrap data.
 
@@ -230,6 +237,20 @@ impl Simulator {
             .ok_or_else(|| SimError::NoCluster {
                 cluster: key.clone(),
             })
+    }
+
+    /// Serves the workload API of cluster `key`, whose machines are real, where its nodes dial it:
+    /// the cluster's API starts empty (no Node, token or static pod is simulated) and listens on
+    /// the port of its `controlPlaneEndpoint` ([`listener::Bind::EndpointPort`]). `Ok(false)` while
+    /// the cluster's CA Secret or endpoint is missing.
+    pub async fn serve_for_real_nodes(&self, key: &ClusterKey) -> Result<bool, SimError> {
+        let cluster = self.start_cluster(key).await?;
+        if cluster.url().is_some() {
+            return Ok(true);
+        }
+        // One listener per cluster, also when several of its hosts are reconciled at once.
+        let _one_at_a_time = self.starting.lock().await;
+        listener::ensure(&self.management, &cluster, listener::Bind::EndpointPort).await
     }
 
     /// Stops simulating `key` (its Cluster is gone).

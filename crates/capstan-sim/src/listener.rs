@@ -4,6 +4,12 @@
 //! control-plane endpoint host, and client certificates signed by that CA (the admin kubeconfig in
 //! `<cluster>-kubeconfig`) are accepted. The URL is published on the Cluster as annotation
 //! [`ANNOTATION_API_URL`]; `capstan kubeconfig CLUSTER` rewrites the kubeconfig's server to it.
+//!
+//! Where it listens ([`Bind`]): a cluster of simulated nodes gets any free loopback port, since
+//! only kubectl on this machine dials it. A cluster of real machines gets `127.0.0.1` on the port
+//! of its `controlPlaneEndpoint`, because its nodes dial the endpoint: virtual machines on QEMU's
+//! user network reach this machine's loopback as `10.0.2.2`, so an endpoint `10.0.2.2:PORT` is
+//! this listener (the serving certificate names the endpoint host).
 
 use crate::SimError;
 use crate::workload::SimCluster;
@@ -39,9 +45,39 @@ fn tls_error(cluster: &SimCluster, reason: impl std::fmt::Display) -> SimError {
     }
 }
 
-/// Starts the listener of `cluster` unless it runs; `Ok(false)` while the cluster CA Secret is
-/// not there yet.
-pub async fn ensure(management: &Client, cluster: &Arc<SimCluster>) -> Result<bool, SimError> {
+/// Which port a workload API listens on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bind {
+    /// Any free loopback port (simulated nodes; kubectl only).
+    AnyLoopbackPort,
+    /// `127.0.0.1` on the port of the Cluster's `controlPlaneEndpoint` (real nodes dial it).
+    EndpointPort,
+}
+
+/// The Cluster's `controlPlaneEndpoint` (host, port), once set.
+async fn endpoint(management: &Client, cluster: &SimCluster) -> Option<(String, u16)> {
+    let key = &cluster.key;
+    let object = cluster_api(management, &key.namespace)
+        .get_opt(&key.name)
+        .await
+        .ok()
+        .flatten()?;
+    let endpoint = &object.data["spec"]["controlPlaneEndpoint"];
+    let host = endpoint["host"].as_str().filter(|h| !h.is_empty())?;
+    let port = endpoint["port"]
+        .as_u64()
+        .and_then(|p| u16::try_from(p).ok())
+        .unwrap_or(6443);
+    Some((host.to_owned(), port))
+}
+
+/// Starts the listener of `cluster` unless it runs; `Ok(false)` while the cluster CA Secret (or,
+/// for [`Bind::EndpointPort`], the Cluster's endpoint) is not there yet.
+pub async fn ensure(
+    management: &Client,
+    cluster: &Arc<SimCluster>,
+    bind: Bind,
+) -> Result<bool, SimError> {
     if cluster.url().is_some() {
         return Ok(true);
     }
@@ -72,16 +108,13 @@ pub async fn ensure(management: &Client, cluster: &Arc<SimCluster>) -> Result<bo
         .map_err(|_| tls_error(cluster, "tls.crt is not PEM text"))?;
     let ca_key_pem = String::from_utf8(ca_key.0.clone())
         .map_err(|_| tls_error(cluster, "tls.key is not PEM text"))?;
-    let endpoint_host = cluster_api(management, &key.namespace)
-        .get_opt(&key.name)
-        .await
-        .ok()
-        .flatten()
-        .and_then(|c| {
-            c.data["spec"]["controlPlaneEndpoint"]["host"]
-                .as_str()
-                .map(str::to_owned)
-        });
+    let endpoint = endpoint(management, cluster).await;
+    let port = match (bind, &endpoint) {
+        (Bind::AnyLoopbackPort, _) => 0,
+        (Bind::EndpointPort, Some((_, port))) => *port,
+        (Bind::EndpointPort, None) => return Ok(false),
+    };
+    let endpoint_host = endpoint.map(|(host, _)| host);
     let ca_key_pair = KeyPair::from_pem(&ca_key_pem)
         .map_err(|e| tls_error(cluster, format!("the CA key: {e}")))?;
     let issuer = Issuer::from_ca_cert_pem(&ca_cert_pem, ca_key_pair)
@@ -120,10 +153,14 @@ pub async fn ensure(management: &Client, cluster: &Arc<SimCluster>) -> Result<bo
     let config = credentials
         .server_config(std::path::Path::new(&secret_name))
         .map_err(|e| tls_error(cluster, capstan_runtime::controller::ErrorChain(&e)))?;
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
         .map_err(|source| SimError::Io {
-            what: "binding a workload API listener",
+            what: if port == 0 {
+                "binding a workload API listener"
+            } else {
+                "binding a workload API listener on the port of the control-plane endpoint"
+            },
             source,
         })?;
     let address = listener.local_addr().map_err(|source| SimError::Io {

@@ -34,7 +34,9 @@ pub struct Args {
     no_controllers: bool,
     /// Play every workload cluster in this process (capstan-sim): its API, its Nodes joining when
     /// a `fake://` host is provisioned with bootstrap data, static pods and etcd — for demos, tests
-    /// and benchmarks. No cluster's kubeconfig endpoint is dialled while this is on.
+    /// and benchmarks. For a cluster of real machines only its API is played, on
+    /// 127.0.0.1:<controlPlaneEndpoint port>, where the machines register their own Nodes. No
+    /// cluster's kubeconfig endpoint is dialled while this is on.
     #[arg(long)]
     simulate_workloads: bool,
     #[command(flatten)]
@@ -155,7 +157,9 @@ async fn serve(args: Args, style: &Style) -> anyhow::Result<Exit> {
             options.workloads = Some(simulator.clone());
             options.etcd = Some(simulator.clone());
             options.simulator = Some(simulator);
-            eprintln!("capstan serve: simulating the workload clusters of fake:// hosts");
+            eprintln!(
+                "capstan serve: simulating the workload clusters of fake:// hosts (and the workload API of clusters of real machines)"
+            );
         }
         // Without the simulation, run_controllers gives every controller one kubeconfig-based
         // access to the workload clusters.

@@ -12,9 +12,13 @@
 //! passwords never reach the server log, Events, status or `describe`.
 //!
 //! Phase times per host are printed (run with `--nocapture` to see them).
+//!
+//! The second test, in [`real_cluster`], builds a cluster on such machines: real cloud-init runs
+//! capstan's kubeadm bootstrap data in them.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod real_cluster;
 mod testbed;
 
 use serde_json::{Value, json};

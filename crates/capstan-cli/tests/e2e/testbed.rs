@@ -383,7 +383,10 @@ impl Serve {
             .arg(data)
             .args(["--listen", &format!("127.0.0.1:{}", free_port())])
             .args(extra)
-            .env("CAPSTAN_LOG", "debug,kube=info,hyper=info,tower=info")
+            .env(
+                "CAPSTAN_LOG",
+                "debug,kube=info,hyper=info,tower=info,h2=info",
+            )
             .stdout(Stdio::piped())
             .stderr(log)
             .spawn()
