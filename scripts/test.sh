@@ -20,6 +20,8 @@ cargo build --workspace --all-targets --quiet
 warm=$(mktemp -d)
 target/debug/capstan ramdisk build --out "$warm/ramdisk" --agent target/debug/capstan-agent >/dev/null
 target/debug/capstan ramdisk test-image --out "$warm/images" >/dev/null
+# The KVM provider's real-VM test boots the Debian cloud-init image (debootstrap from the mirror).
+target/debug/capstan ramdisk cloud-image --out "$warm/cloud" >/dev/null
 rm -rf "$warm"
 
 isolated=()

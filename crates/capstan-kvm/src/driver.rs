@@ -141,8 +141,9 @@ pub struct DiskConfig {
     pub format: String,
     /// Guest device (`vda`, `vdb`, `sda`).
     pub target: String,
-    /// A read-only CD-ROM (cloud-init media) rather than a disk.
-    pub cdrom: bool,
+    /// Read-only (the cloud-init medium: an ISO 9660 image on a virtio disk, which every cloud
+    /// kernel reads, where a CD-ROM would need an IDE or SCSI driver).
+    pub read_only: bool,
 }
 
 /// One NIC of a domain.
@@ -150,6 +151,8 @@ pub struct DiskConfig {
 pub enum NicSource {
     Network(String),
     Bridge(String),
+    /// QEMU's user-mode networking.
+    User,
 }
 
 /// A NIC with the MAC capstan chose.
@@ -279,20 +282,13 @@ pub fn volume_xml(config: &VolumeConfig) -> String {
 pub fn domain_xml(config: &DomainConfig, domain_type: &str) -> String {
     let mut devices = String::new();
     for disk in &config.disks {
-        if disk.cdrom {
-            devices.push_str(&format!(
-                "<disk type='file' device='cdrom'><driver name='qemu' type='raw'/><source file='{}'/><target dev='{}' bus='sata'/><readonly/></disk>",
-                xml_escape(&disk.path),
-                xml_escape(&disk.target)
-            ));
-        } else {
-            devices.push_str(&format!(
-                "<disk type='file' device='disk'><driver name='qemu' type='{}'/><source file='{}'/><target dev='{}' bus='virtio'/></disk>",
-                xml_escape(&disk.format),
-                xml_escape(&disk.path),
-                xml_escape(&disk.target)
-            ));
-        }
+        devices.push_str(&format!(
+            "<disk type='file' device='disk'><driver name='qemu' type='{}'/><source file='{}'/><target dev='{}' bus='virtio'/>{}</disk>",
+            xml_escape(&disk.format),
+            xml_escape(&disk.path),
+            xml_escape(&disk.target),
+            if disk.read_only { "<readonly/>" } else { "" }
+        ));
     }
     for nic in &config.nics {
         let source = match &nic.source {
@@ -308,6 +304,7 @@ pub fn domain_xml(config: &DomainConfig, domain_type: &str) -> String {
                     xml_escape(name)
                 )
             }
+            NicSource::User => "<interface type='user'>".to_owned(),
         };
         devices.push_str(&format!(
             "{source}<mac address='{}'/><model type='virtio'/></interface>",
@@ -764,13 +761,13 @@ mod tests {
                         path: "/p/root.qcow2".into(),
                         format: "qcow2".into(),
                         target: "vda".into(),
-                        cdrom: false,
+                        read_only: false,
                     },
                     DiskConfig {
                         path: "/p/cidata.iso".into(),
                         format: "raw".into(),
                         target: "sda".into(),
-                        cdrom: true,
+                        read_only: true,
                     },
                 ],
                 nics: vec![NicConfig {
@@ -783,7 +780,8 @@ mod tests {
         );
         assert!(xml.contains("<name>capstan-a&lt;b</name>"), "{xml}");
         assert!(xml.contains("<memory unit='KiB'>1048576</memory>"));
-        assert!(xml.contains("device='cdrom'") && xml.contains("target dev='vda' bus='virtio'"));
+        assert!(xml.contains("<target dev='sda' bus='virtio'/><readonly/>"));
+        assert!(xml.contains("target dev='vda' bus='virtio'/></disk>"));
         assert!(xml.contains("<mac address='52:54:00:00:00:01'/>"));
         assert!(xml.contains("<log file='/var/log/x.log'"));
     }

@@ -594,7 +594,7 @@ impl KvmMachineProvider {
             path: root.path().to_owned(),
             format: "qcow2".into(),
             target: "vda".into(),
-            cdrom: false,
+            read_only: false,
         });
         let mut mounts = Vec::new();
         let mut extra: Vec<(String, u64, String)> = Vec::new();
@@ -633,7 +633,7 @@ impl KvmMachineProvider {
                 path: written.path().to_owned(),
                 format: "qcow2".into(),
                 target,
-                cdrom: false,
+                read_only: false,
             });
         }
         let nics = nics(machine, uuid);
@@ -674,11 +674,12 @@ impl KvmMachineProvider {
             .driver
             .ensure_volume(uri, volume(medium_name, length, "raw", None), content)
             .await?;
+        let letter = char::from(b'a' + u8::try_from(disks.len()).unwrap_or(25).min(25));
         disks.push(DiskConfig {
             path: medium.path().to_owned(),
             format: "raw".into(),
-            target: "sda".into(),
-            cdrom: true,
+            target: format!("vd{letter}"),
+            read_only: true,
         });
         Ok(Ok(disks))
     }
@@ -702,6 +703,7 @@ fn nics(machine: &KVMMachine, uuid: &str) -> Vec<NicConfig> {
         .enumerate()
         .map(|(index, network)| NicConfig {
             source: match (&network.bridge, &network.network) {
+                _ if network.user == Some(true) => NicSource::User,
                 (Some(bridge), _) => NicSource::Bridge(bridge.clone()),
                 (None, Some(name)) => NicSource::Network(name.clone()),
                 (None, None) => NicSource::Network("default".into()),

@@ -54,6 +54,9 @@ pub struct KvmNetwork {
     pub network: Option<String>,
     /// A host bridge (`br0`), instead of a network.
     pub bridge: Option<String>,
+    /// QEMU's user-mode networking instead (no bridge or libvirt network on the host; the guest
+    /// reaches out through the hypervisor, nothing reaches in).
+    pub user: Option<bool>,
     /// A static address with prefix (`192.168.122.10/24`) written into the node's network config.
     pub address: Option<String>,
     /// The default gateway for [`Self::address`].
