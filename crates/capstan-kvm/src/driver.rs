@@ -173,6 +173,8 @@ pub struct DomainConfig {
     pub nics: Vec<NicConfig>,
     /// Where the serial console is logged on the hypervisor (local QEMU only).
     pub console_log: Option<String>,
+    /// libvirt domain type (`kvm`, `qemu`); the simulated hypervisor always gets `test`.
+    pub domain_type: String,
 }
 
 /// A domain's power state, in libvirt's words.
@@ -277,8 +279,8 @@ pub fn volume_xml(config: &VolumeConfig) -> String {
     )
 }
 
-/// The domain XML of `config`: KVM on a real hypervisor, plain QEMU (`type='qemu'`, software
-/// emulation) where the host has no KVM, `test` on the simulated one.
+/// The domain XML of `config` with libvirt domain type `domain_type` (`kvm`, `qemu` for software
+/// emulation, `test` on the simulated hypervisor).
 pub fn domain_xml(config: &DomainConfig, domain_type: &str) -> String {
     let mut devices = String::new();
     for disk in &config.disks {
@@ -549,10 +551,8 @@ impl Driver {
                 Err(error) if not_found(&error) => {
                     let domain_type = if is_simulated(uri) {
                         "test"
-                    } else if std::path::Path::new("/dev/kvm").exists() && uri.starts_with("qemu:///") {
-                        "kvm"
                     } else {
-                        "qemu"
+                        config.domain_type.as_str()
                     };
                     connection
                         .define_domain_xml(&domain_xml(&config, domain_type))
@@ -775,6 +775,7 @@ mod tests {
                     mac: "52:54:00:00:00:01".into(),
                 }],
                 console_log: Some("/var/log/x.log".into()),
+                domain_type: "qemu".into(),
             },
             "qemu",
         );

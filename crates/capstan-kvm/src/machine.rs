@@ -866,6 +866,10 @@ impl InfraMachineProvider for KvmMachineProvider {
                     memory_bytes: needs.memory_bytes,
                     disks,
                     nics: nics(machine, &uuid),
+                    domain_type: hypervisor
+                        .domain_type
+                        .clone()
+                        .unwrap_or_else(|| "kvm".to_owned()),
                     console_log: (!crate::driver::is_simulated(&uri))
                         .then(|| format!("/var/log/libvirt/qemu/{domain}-console.log")),
                 };

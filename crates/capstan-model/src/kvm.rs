@@ -162,6 +162,9 @@ pub struct KvmHypervisor {
     pub credentials_secret_ref: Option<LocalSecretReference>,
     /// Whether control-plane VMs may be placed here (default true).
     pub control_plane: Option<bool>,
+    /// libvirt domain type: `kvm` (the default, hardware virtualisation) or `qemu` (software
+    /// emulation, where KVM is missing or does not work, e.g. nested without VT-x).
+    pub domain_type: Option<String>,
 }
 
 /// KVMCluster spec.
