@@ -20,7 +20,8 @@ cargo build --workspace --all-targets --quiet
 warm=$(mktemp -d)
 target/debug/capstan ramdisk build --out "$warm/ramdisk" --agent target/debug/capstan-agent >/dev/null
 target/debug/capstan ramdisk test-image --out "$warm/images" >/dev/null
-# The cluster end-to-end test's Debian cloud-init image: debootstrap's root filesystem is cached.
+# The Debian cloud-init image of the real-VM cluster test and the KVM provider's real-VM test
+# (debootstrap's root filesystem is cached).
 target/debug/capstan ramdisk cloud-image --out "$warm/cloud" >/dev/null
 rm -rf "$warm"
 

@@ -466,7 +466,7 @@ impl Reconciler for ClusterController {
                 watcher::Config::default(),
                 |m: MachineSet| named_by_label::<Cluster, _>(&m, LABEL_CLUSTER_NAME),
             );
-        for resource in provider_kinds(&["Metal3Cluster", "KubeadmControlPlane"]) {
+        for resource in provider_kinds(&["Metal3Cluster", "KVMCluster", "KubeadmControlPlane"]) {
             controller = watch_related(controller, client, &resource);
         }
         controller

@@ -798,7 +798,9 @@ impl Reconciler for MachineController {
         mut controller: Controller<Machine>,
         client: &Client,
     ) -> Controller<Machine> {
-        for resource in crate::cluster::provider_kinds(&["Metal3Machine", "KubeadmConfig"]) {
+        for resource in
+            crate::cluster::provider_kinds(&["Metal3Machine", "KVMMachine", "KubeadmConfig"])
+        {
             controller = watch_related(controller, client, &resource);
         }
         controller

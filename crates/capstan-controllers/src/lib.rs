@@ -6,6 +6,8 @@
 //!   MachineDeployment), reaching workload clusters through [`ControllerOptions::workloads`].
 //! - [`capstan_kubeadm`]: the KubeadmConfig and KubeadmControlPlane controllers.
 //! - [`capstan_metal3`]: the Metal3 infrastructure provider (Metal3Cluster, Metal3Machine).
+//! - [`capstan_kvm`]: the KVM infrastructure provider (KVMCluster, KVMMachine as libvirt domains),
+//!   on the process's shared libvirt driver (no hypervisor is dialled until a KVMMachine names one).
 //! - [`capstan_sim`]: the simulated workload backend's boot controller (when
 //!   [`ControllerOptions::simulator`] is set).
 //! - [`capstan_addons`]: the ClusterResourceSet controller, and [`capstan_capi::healthcheck`]: the
@@ -112,8 +114,13 @@ pub fn shipped_controllers(options: &ControllerOptions) -> Vec<Box<dyn Task>> {
         options.bootstrap_report_url.clone(),
     ));
     tasks.extend(capstan_metal3::controllers(options.workloads.clone()));
+    tasks.extend(capstan_kvm::controllers(
+        capstan_kvm::Driver::shared(),
+        options.workloads.clone(),
+    ));
     if let Some(simulator) = &options.simulator {
         tasks.push(simulator.boot_task());
+        tasks.push(simulator.kvm_boot_task());
     }
     if let Some(workloads) = &options.workloads {
         tasks.push(controller_task(

@@ -33,6 +33,8 @@ impl KindInfo {
 
 const CAPI: &[&str] = &["cluster-api"];
 const V1B1_V1B2: &[&str] = &["v1beta1", "v1beta2"];
+/// The KVM provider's kinds: the design's `v1alpha4` and the current `v1beta2` (same shape).
+const V1A4_V1B2: &[&str] = &["v1alpha4", "v1beta2"];
 
 macro_rules! kind {
     ($group:expr, $kind:literal, $plural:literal, $singular:literal, [$($short:literal),*], $scope:ident, $versions:expr, $storage:literal, $cats:expr) => {
@@ -225,6 +227,39 @@ pub const KINDS: &[KindInfo] = &[
         ["m3d"],
         Namespaced,
         V1B1_V1B2,
+        "v1beta2",
+        CAPI
+    ),
+    kind!(
+        "infrastructure.cluster.x-k8s.io",
+        "KVMCluster",
+        "kvmclusters",
+        "kvmcluster",
+        ["kvmc"],
+        Namespaced,
+        V1A4_V1B2,
+        "v1beta2",
+        CAPI
+    ),
+    kind!(
+        "infrastructure.cluster.x-k8s.io",
+        "KVMMachine",
+        "kvmmachines",
+        "kvmmachine",
+        ["kvmm"],
+        Namespaced,
+        V1A4_V1B2,
+        "v1beta2",
+        CAPI
+    ),
+    kind!(
+        "infrastructure.cluster.x-k8s.io",
+        "KVMMachineTemplate",
+        "kvmmachinetemplates",
+        "kvmmachinetemplate",
+        ["kvmmt"],
+        Namespaced,
+        V1A4_V1B2,
         "v1beta2",
         CAPI
     ),

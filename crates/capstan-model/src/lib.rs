@@ -14,6 +14,7 @@ pub mod core;
 pub mod ipam;
 pub mod kinds;
 pub mod kubeadm;
+pub mod kvm;
 pub mod meta;
 pub mod metal3;
 pub mod network_data;

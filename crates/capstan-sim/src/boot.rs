@@ -279,155 +279,182 @@ impl Reconciler for BootController {
             return Ok(Action::await_change());
         };
         let meta = meta_data(client, &host).await?;
-        let bootstrap = match cloud_config::read(&data, &meta) {
-            Ok(bootstrap) => bootstrap,
-            Err(err) => {
-                context
-                    .publish(
-                        &*host,
-                        EventType::Warning,
-                        "BootstrapFailed",
-                        "Boot",
-                        format!("the node cannot follow its bootstrap data: {err}"),
-                    )
-                    .await;
-                return Ok(Action::await_change());
-            }
-        };
-        if fault == "bootstrap-fail" {
-            let step = bootstrap
-                .commands
-                .iter()
-                .position(|c| c.contains("kubeadm"))
-                .unwrap_or(0);
-            let command: String = bootstrap
-                .commands
-                .get(step)
-                .map(|c| c.chars().take(80).collect())
-                .unwrap_or_default();
+        let version = machine_version(client, &host).await?;
+        boot(
+            &self.sim,
+            &*host,
+            &context,
+            &key,
+            &data,
+            &meta,
+            &fault,
+            &addresses(&host),
+            version,
+        )
+        .await
+    }
+}
+
+/// What a node does with its bootstrap data `data` (meta data `meta`, addresses `addresses`, its
+/// Machine's Kubernetes version `version` when known) in workload cluster `key`; Events go to
+/// `object` (the host or VM that boots). Idempotent.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn boot<K: kube::Resource<DynamicType = ()>>(
+    sim: &Arc<Simulator>,
+    object: &K,
+    context: &Context,
+    key: &ClusterKey,
+    data: &[u8],
+    meta: &Map<String, Value>,
+    fault: &str,
+    addresses: &[(String, String)],
+    version: Option<String>,
+) -> Result<Action, SimError> {
+    let name_of_object = object.meta().name.clone().unwrap_or_default();
+    let bootstrap = match cloud_config::read(data, meta) {
+        Ok(bootstrap) => bootstrap,
+        Err(err) => {
             context
                 .publish(
-                    &*host,
+                    object,
                     EventType::Warning,
                     "BootstrapFailed",
                     "Boot",
-                    format!("runcmd step {} failed (simulated): {command}", step + 1),
+                    format!("the node cannot follow its bootstrap data: {err}"),
                 )
                 .await;
             return Ok(Action::await_change());
         }
-        let node_name = bootstrap
-            .node_name
-            .clone()
-            .or_else(|| {
-                meta.get("hostname")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned)
-            })
-            .unwrap_or_else(|| host.name_any());
-        let (cluster, control_plane) = match bootstrap.action {
-            KubeadmAction::Init => {
-                let cluster = self.sim.start_cluster(&key).await?;
-                if cluster.node(&node_name).await?.is_none() {
-                    // The configuration before the tokens: a joining node reads the version.
-                    cluster.write_kubeadm_config(&bootstrap).await?;
-                    cluster.create_tokens(&bootstrap.init_tokens).await?;
-                }
-                (cluster, true)
+    };
+    if fault == "bootstrap-fail" {
+        let step = bootstrap
+            .commands
+            .iter()
+            .position(|c| c.contains("kubeadm"))
+            .unwrap_or(0);
+        let command: String = bootstrap
+            .commands
+            .get(step)
+            .map(|c| c.chars().take(80).collect())
+            .unwrap_or_default();
+        context
+            .publish(
+                object,
+                EventType::Warning,
+                "BootstrapFailed",
+                "Boot",
+                format!("runcmd step {} failed (simulated): {command}", step + 1),
+            )
+            .await;
+        return Ok(Action::await_change());
+    }
+    let node_name = bootstrap
+        .node_name
+        .clone()
+        .or_else(|| {
+            meta.get("hostname")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        })
+        .unwrap_or_else(|| name_of_object.clone());
+    let (cluster, control_plane) = match bootstrap.action {
+        KubeadmAction::Init => {
+            let cluster = sim.start_cluster(key).await?;
+            if cluster.node(&node_name).await?.is_none() {
+                // The configuration before the tokens: a joining node reads the version.
+                cluster.write_kubeadm_config(&bootstrap).await?;
+                cluster.create_tokens(&bootstrap.init_tokens).await?;
             }
-            KubeadmAction::Join { control_plane } => {
-                let Some(cluster) = self.sim.cluster_or_resume(&key).await? else {
-                    return Ok(Action::requeue(JOIN_RETRY));
-                };
-                if cluster.node(&node_name).await?.is_none() {
-                    let token = bootstrap.token.clone().unwrap_or_default();
-                    if !cluster.token_valid(&token).await? {
-                        let id = token.split_once('.').map_or("", |(id, _)| id);
-                        context
+            (cluster, true)
+        }
+        KubeadmAction::Join { control_plane } => {
+            let Some(cluster) = sim.cluster_or_resume(key).await? else {
+                return Ok(Action::requeue(JOIN_RETRY));
+            };
+            if cluster.node(&node_name).await?.is_none() {
+                let token = bootstrap.token.clone().unwrap_or_default();
+                if !cluster.token_valid(&token).await? {
+                    let id = token.split_once('.').map_or("", |(id, _)| id);
+                    context
                             .publish(
-                                &*host,
+                                object,
                                 EventType::Warning,
                                 "JoinRefused",
                                 "Boot",
                                 format!("kubeadm join refused: bootstrap token {id:?} is not in kube-system of workload cluster {key} (missing or expired)"),
                             )
                             .await;
-                        return Ok(Action::requeue(JOIN_RETRY));
-                    }
+                    return Ok(Action::requeue(JOIN_RETRY));
                 }
-                (cluster, control_plane)
             }
-        };
-        match cluster.node(&node_name).await? {
-            None => {
-                if bootstrap.action == KubeadmAction::Init {
-                    let inits = cluster.record_init(&node_name).await?;
-                    if inits.len() > 1 {
-                        context
-                            .publish(
-                                &*host,
-                                EventType::Warning,
-                                "SecondKubeadmInit",
-                                "Boot",
-                                format!(
-                                    "kubeadm init ran again in workload cluster {key}: nodes {} all initialised it (simulated)",
-                                    inits.join(", ")
-                                ),
-                            )
-                            .await;
-                    }
+            (cluster, control_plane)
+        }
+    };
+    match cluster.node(&node_name).await? {
+        None => {
+            if bootstrap.action == KubeadmAction::Init {
+                let inits = cluster.record_init(&node_name).await?;
+                if inits.len() > 1 {
+                    context
+                        .publish(
+                            object,
+                            EventType::Warning,
+                            "SecondKubeadmInit",
+                            "Boot",
+                            format!(
+                                "kubeadm init ran again in workload cluster {key}: nodes {} all initialised it (simulated)",
+                                inits.join(", ")
+                            ),
+                        )
+                        .await;
                 }
-                // The kubelet and control-plane images are those of the node's image, which
-                // carries the Machine's Kubernetes version.
-                let version = machine_version(client, &host)
-                    .await?
-                    .or_else(|| bootstrap.kubernetes_version.clone());
+            }
+            // The kubelet and control-plane images are those of the node's image, which carries
+            // the Machine's Kubernetes version.
+            let version = version.or_else(|| bootstrap.kubernetes_version.clone());
+            cluster
+                .register_node(
+                    &node_name,
+                    &bootstrap,
+                    control_plane,
+                    addresses,
+                    version.as_deref(),
+                )
+                .await?;
+            if control_plane {
                 cluster
-                    .register_node(
-                        &node_name,
-                        &bootstrap,
-                        control_plane,
-                        &addresses(&host),
-                        version.as_deref(),
-                    )
+                    .start_static_pods(&node_name, version.as_deref())
                     .await?;
-                if control_plane {
-                    cluster
-                        .start_static_pods(&node_name, version.as_deref())
-                        .await?;
-                    cluster.add_member(&node_name);
-                    cluster.record_members().await?;
-                }
-                tracing::info!(cluster = %key, node = %node_name, host = %host.name_any(), "simulated node joined");
-                context
-                    .publish(
-                        &*host,
-                        EventType::Normal,
-                        "NodeJoined",
-                        "Boot",
-                        format!(
-                            "Node {node_name} registered in workload cluster {key} (simulated)"
-                        ),
-                    )
-                    .await;
+                cluster.add_member(&node_name);
+                cluster.record_members().await?;
             }
-            Some(true) if fault == "not-ready" => {
-                cluster.set_node_ready(&node_name, false, None, &[]).await?;
-            }
-            Some(_) => {}
+            tracing::info!(cluster = %key, node = %node_name, machine = %name_of_object, "simulated node joined");
+            context
+                .publish(
+                    object,
+                    EventType::Normal,
+                    "NodeJoined",
+                    "Boot",
+                    format!("Node {node_name} registered in workload cluster {key} (simulated)"),
+                )
+                .await;
         }
-        if control_plane
-            && self.sim.settings().listen
-            && !crate::listener::ensure(
-                self.sim.management(),
-                &cluster,
-                crate::listener::Bind::AnyLoopbackPort,
-            )
-            .await?
-        {
-            // The cluster's CA Secret is not there yet.
-            return Ok(Action::requeue(JOIN_RETRY));
+        Some(true) if fault == "not-ready" => {
+            cluster.set_node_ready(&node_name, false, None, &[]).await?;
         }
-        Ok(Action::await_change())
+        Some(_) => {}
     }
+    if control_plane
+        && sim.settings().listen
+        && !crate::listener::ensure(
+            sim.management(),
+            &cluster,
+            crate::listener::Bind::AnyLoopbackPort,
+        )
+        .await?
+    {
+        // The cluster's CA Secret is not there yet.
+        return Ok(Action::requeue(JOIN_RETRY));
+    }
+    Ok(Action::await_change())
 }

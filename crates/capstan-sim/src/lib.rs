@@ -1,7 +1,8 @@
 //! The simulated workload backend: capstan playing the workload clusters it creates, for demos,
 //! tests and benchmarks where no real machines boot. It is switched on explicitly
-//! (`capstan serve --simulate-workloads`) and only acts on hosts with `fake://` BMCs — the hosts
-//! whose hardware is already simulated — so it never stands in for a real peer.
+//! (`capstan serve --simulate-workloads`) and only acts on hosts with `fake://` BMCs and VMs on
+//! `test://` hypervisors — the machines whose hardware is already simulated — so it never stands
+//! in for a real peer.
 //!
 //! # What is simulated, exactly
 //!
@@ -51,11 +52,16 @@
 //!   Nodes there. This is how the end-to-end test with virtual machines gets a workload API, as no
 //!   kube-apiserver is installable here: the machine side is real, the API server is capstan's.
 //!
+//! - **VMs on simulated hypervisors**: a KVMMachine provisioned on a hypervisor whose libvirt URI
+//!   is `test://` (libvirt's simulated hypervisor, whose domains run nothing) boots the same way
+//!   ([`kvm_boot`]), from its Machine's bootstrap data; the node's hostname is the KVMMachine's name.
+//!
 //! Not simulated: containers, pods other than the static ones, kube-proxy, CNI, the kubelet's
 //! heartbeats, certificate checks of the bootstrap data.
 
 pub mod boot;
 pub mod cloud_config;
+pub mod kvm_boot;
 pub mod listener;
 pub mod workload;
 
@@ -263,6 +269,11 @@ impl Simulator {
     /// The controller that boots provisioned `fake://` hosts.
     pub fn boot_task(self: &Arc<Self>) -> Box<dyn capstan_runtime::Task> {
         capstan_runtime::controller_task(boot::BootController::new(self.clone()))
+    }
+
+    /// The controller that boots provisioned KVMMachines on `test://` hypervisors.
+    pub fn kvm_boot_task(self: &Arc<Self>) -> Box<dyn capstan_runtime::Task> {
+        capstan_runtime::controller_task(kvm_boot::KvmBootController::new(self.clone()))
     }
 
     /// The settings.

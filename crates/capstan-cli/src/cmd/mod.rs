@@ -6,6 +6,7 @@ mod bench;
 mod bench_clusters;
 mod bench_hosts;
 mod bench_image;
+mod clusterctl;
 mod controllers;
 mod crds;
 mod delete;
@@ -50,6 +51,9 @@ pub enum Command {
     Controllers(controllers::Args),
     /// Print the CustomResourceDefinitions capstan's controllers need.
     Crds(crds::Args),
+    /// Write the KVM provider's clusterctl files: cluster-template.yaml, metadata.yaml and
+    /// infrastructure-components.yaml.
+    ClusterctlTemplate(clusterctl::Args),
     /// Measure the embedded management plane (and etcd as the yardstick).
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -92,6 +96,7 @@ pub fn run(command: Command, style: &Style) -> anyhow::Result<Exit> {
         Command::Bench(BenchCommand::Clusters(args)) => bench_clusters::run(args),
         Command::Controllers(args) => controllers::run(args, style),
         Command::Crds(args) => crds::run(args),
+        Command::ClusterctlTemplate(args) => clusterctl::run(args),
         Command::Ramdisk(command) => ramdisk::run(command, style),
         Command::Undecodable(args) => undecodable::run(args, style),
     }

@@ -1,0 +1,1076 @@
+//! KVMMachine: the [`InfraMachineProvider`] that puts a Machine in a libvirt domain.
+//!
+//! `ensure` walks a fixed sequence of idempotent steps; what each step made is found again by name
+//! on the next pass, so a pass cut short (an error, a restart, a SIGKILL) is simply resumed:
+//!
+//! 1. **Hypervisors**: the KVMCluster is the Cluster's `infrastructureRef` when that is a
+//!    KVMCluster, else the KVMCluster labelled `cluster.x-k8s.io/cluster-name` with the Cluster's
+//!    name (a cluster whose control plane is on another provider).
+//! 2. **Placement** (once; kept in `status.hypervisor`): the pinned hypervisor (`spec.hypervisor`,
+//!    or the Machine's failure domain), else every hypervisor the machine may use (control-plane
+//!    machines only where `controlPlane` is not false); each is asked for its capacity and the one
+//!    with most free memory that holds the VM's memory, vCPUs and disks wins. None fits: a
+//!    `NoHypervisorFits` condition and Event that say, per hypervisor, why not.
+//! 3. **Base image**: `capstan-base-<digest>` in the hypervisor's pool, fetched once per
+//!    hypervisor from `spec.image.url` (`file://`) and verified against `spec.image.checksum`.
+//! 4. **Volumes**: the root disk (a qcow2 overlay on the base image, `resources.disk`), the
+//!    container runtime's volume (`resources.dockerVolumeSize`) and each of `spec.volumes`.
+//! 5. **cloud-init medium**: a NoCloud ISO ([`crate::media`]) with the bootstrap data, hostname,
+//!    network config (static addresses or DHCP, DNS) and NTP.
+//! 6. **Domain**: defined with the KVMMachine's UID as its UUID and MACs derived from it, started.
+//!    A restarted capstan finds it by name and adopts it (same UUID), never defines a second.
+//! 7. **Provisioned**: providerID `libvirt://HYPERVISOR/UUID`, addresses, failure domain (the
+//!    hypervisor); the workload Node named after the machine gets the same providerID.
+//!
+//! `release`: the domain is stopped and undefined, then every volume and medium named above is
+//! deleted; the base image stays as the pool's cache.
+
+use crate::cluster::DEFAULT_POOL;
+use crate::driver::{
+    Capacity, Content, DiskConfig, DomainConfig, Driver, DriverError, NicConfig, NicSource,
+    VolumeConfig, Written,
+};
+use crate::media::{self, Mount, Nic, NodeConfig};
+use crate::{KvmError, api};
+use capstan_infra::{
+    InfraMachineProvider, MachineAddress, MachineRequest, Progress, Provisioned, ReleaseRequest,
+    Waiting,
+};
+use capstan_model::capi::v1beta2::{Cluster, Machine};
+use capstan_model::kvm::v1beta2::{KVMCluster, KVMMachine};
+use capstan_model::kvm::{KvmHypervisor, KvmImage, quantity_bytes};
+use capstan_model::meta::LABEL_CLUSTER_NAME;
+use capstan_runtime::conditions;
+use capstan_runtime::{Context, EventType};
+use capstan_workload::{ClusterKey, SharedWorkloadAccess};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use sha2::Digest;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The KVMMachine controller's name.
+pub const MACHINE_CONTROLLER: &str = "kvmmachine";
+/// The finalizer that holds a KVMMachine until its VM and volumes are gone.
+pub const MACHINE_FINALIZER: &str = "kvmmachine.infrastructure.cluster.x-k8s.io";
+/// Every domain and volume capstan makes starts with this.
+pub const NAME_PREFIX: &str = "capstan-kvm-";
+/// Condition: whether the VM runs.
+pub const CONDITION_VM_RUNNING: &str = "VMRunning";
+/// Condition: whether the workload Node carries the providerID.
+pub const CONDITION_NODE_PROVIDER_ID: &str = "NodeProviderID";
+/// The root disk when `resources.disk` is unset.
+const DEFAULT_DISK: u64 = 20 << 30;
+/// Memory when `resources.memory` is unset.
+const DEFAULT_MEMORY: u64 = 2 << 30;
+/// How often placement is tried again when no hypervisor fits or one cannot be reached.
+const PLACEMENT_RETRY: Duration = Duration::from_secs(30);
+/// How often the Node is looked for until it carries the providerID.
+const NODE_RETRY: Duration = Duration::from_secs(5);
+/// How often a provisioned VM's power state is looked at.
+const WATCH_VM: Duration = Duration::from_secs(60);
+
+/// The KVMMachine side of the KVM provider.
+#[derive(Clone)]
+pub struct KvmMachineProvider {
+    driver: Arc<Driver>,
+    workloads: Option<SharedWorkloadAccess>,
+}
+
+impl KvmMachineProvider {
+    /// A provider talking to hypervisors through `driver`, setting Node providerIDs through
+    /// `workloads`.
+    pub fn new(driver: Arc<Driver>, workloads: Option<SharedWorkloadAccess>) -> Self {
+        Self { driver, workloads }
+    }
+}
+
+/// The libvirt domain name of a KVMMachine.
+pub fn domain_name(namespace: &str, machine: &str) -> String {
+    format!("{NAME_PREFIX}{namespace}-{machine}")
+}
+
+/// The providerID of a VM.
+pub fn provider_id(hypervisor: &str, uuid: &str) -> String {
+    format!("libvirt://{hypervisor}/{uuid}")
+}
+
+/// The name of the base-image volume for `checksum`.
+pub fn base_volume(checksum: &str) -> String {
+    let short: String = checksum.chars().take(16).collect();
+    format!("{NAME_PREFIX}base-{}.qcow2", short.to_ascii_lowercase())
+}
+
+/// The volumes a machine's domain owns (root, container runtime, extra volumes, medium), by name.
+pub fn owned_volumes(domain: &str, machine: &KVMMachine) -> Vec<String> {
+    let mut names = vec![
+        format!("{domain}-root.qcow2"),
+        format!("{domain}-docker.qcow2"),
+    ];
+    names.extend(
+        machine
+            .spec
+            .volumes
+            .iter()
+            .map(|v| format!("{domain}-vol-{}.qcow2", v.name)),
+    );
+    names.push(format!("{domain}-cidata.iso"));
+    names
+}
+
+/// A locally administered MAC for NIC `index` of the VM with `uuid`.
+pub fn mac_address(uuid: &str, index: usize) -> String {
+    let digest = sha2::Sha256::digest(format!("{uuid}/{index}").as_bytes());
+    format!(
+        "52:54:00:{:02x}:{:02x}:{:02x}",
+        digest[0], digest[1], digest[2]
+    )
+}
+
+/// What a VM needs from a hypervisor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Needs {
+    pub vcpus: u32,
+    pub memory_bytes: u64,
+    pub disk_bytes: u64,
+}
+
+/// Why `capacity` cannot take `needs`; `None` when it can.
+pub fn does_not_fit(capacity: &Capacity, needs: &Needs) -> Option<String> {
+    let free_memory = capacity
+        .memory_bytes
+        .saturating_sub(capacity.used_memory_bytes);
+    if needs.vcpus > capacity.cpus {
+        return Some(format!(
+            "{} vCPUs asked, it has {} CPUs",
+            needs.vcpus, capacity.cpus
+        ));
+    }
+    if needs.memory_bytes > free_memory {
+        return Some(format!(
+            "{} MiB of memory asked, {} MiB free",
+            needs.memory_bytes >> 20,
+            free_memory >> 20
+        ));
+    }
+    if needs.disk_bytes > capacity.pool_available_bytes {
+        return Some(format!(
+            "{} MiB of disk asked, {} MiB free in the pool",
+            needs.disk_bytes >> 20,
+            capacity.pool_available_bytes >> 20
+        ));
+    }
+    None
+}
+
+fn size(value: Option<&str>, default: u64, field: &str) -> Result<u64, Waiting> {
+    match value {
+        None => Ok(default),
+        Some(text) => quantity_bytes(text)
+            .map_err(|error| Waiting::new("InvalidSpec", format!("{field}: {error}"))),
+    }
+}
+
+/// The VM's needs from its spec.
+pub fn needs(machine: &KVMMachine) -> Result<Needs, Waiting> {
+    let resources = &machine.spec.resources;
+    let memory = size(
+        resources.memory.as_deref(),
+        DEFAULT_MEMORY,
+        "spec.resources.memory",
+    )?;
+    let mut disk = size(
+        resources.disk.as_deref(),
+        DEFAULT_DISK,
+        "spec.resources.disk",
+    )?;
+    disk = disk.saturating_add(size(
+        resources.docker_volume_size.as_deref(),
+        0,
+        "spec.resources.dockerVolumeSize",
+    )?);
+    for (index, volume) in machine.spec.volumes.iter().enumerate() {
+        if volume.name.is_empty()
+            || !volume
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-')
+        {
+            return Err(Waiting::new(
+                "InvalidSpec",
+                format!(
+                    "spec.volumes[{index}].name {:?} must be letters, digits and '-'",
+                    volume.name
+                ),
+            ));
+        }
+        if !volume.mount_path.starts_with('/') {
+            return Err(Waiting::new(
+                "InvalidSpec",
+                format!(
+                    "spec.volumes[{index}].mountPath {:?} must be an absolute path",
+                    volume.mount_path
+                ),
+            ));
+        }
+        disk = disk.saturating_add(size(
+            Some(&volume.size),
+            0,
+            &format!("spec.volumes[{index}].size"),
+        )?);
+    }
+    Ok(Needs {
+        vcpus: resources.cpu.unwrap_or(2).max(1),
+        memory_bytes: memory,
+        disk_bytes: disk,
+    })
+}
+
+fn pool_of(hypervisor: &KvmHypervisor) -> String {
+    hypervisor
+        .pool
+        .clone()
+        .unwrap_or_else(|| DEFAULT_POOL.to_owned())
+}
+
+/// Why an image cannot be used, as a Waiting.
+fn image_problem(reason: &str, message: String) -> Waiting {
+    Waiting::new(reason, message).retry_after(PLACEMENT_RETRY)
+}
+
+/// Reads `image` from its URL and checks its digest; the bytes on success.
+pub fn fetch_image(image: &KvmImage) -> Result<Vec<u8>, Waiting> {
+    let Some(checksum) = image.checksum.as_deref().filter(|c| !c.is_empty()) else {
+        return Err(image_problem(
+            "ImageChecksumMissing",
+            "spec.image.checksum is empty: give the image's sha256 (sha256sum IMAGE)".into(),
+        ));
+    };
+    let Some(path) = image.url.strip_prefix("file://") else {
+        return Err(image_problem(
+            "UnsupportedImageURL",
+            format!(
+                "spec.image.url {:?}: only file:// URLs (a path on the management host) are fetched; copy the image there",
+                image.url
+            ),
+        ));
+    };
+    let bytes = std::fs::read(path).map_err(|error| {
+        image_problem(
+            "ImageUnreadable",
+            format!("reading spec.image.url {}: {error}", image.url),
+        )
+    })?;
+    let actual = match image.checksum_type.as_deref().unwrap_or("sha256") {
+        "sha256" => hex(&sha2::Sha256::digest(&bytes)),
+        "sha512" => hex(&sha2::Sha512::digest(&bytes)),
+        other => {
+            return Err(image_problem(
+                "InvalidSpec",
+                format!("spec.image.checksumType {other:?}: use sha256 or sha512"),
+            ));
+        }
+    };
+    if !actual.eq_ignore_ascii_case(checksum) {
+        return Err(image_problem(
+            "ImageChecksumMismatch",
+            format!(
+                "{} has digest {actual}, spec.image.checksum says {checksum}: fix the checksum or the image",
+                image.url
+            ),
+        ));
+    }
+    Ok(bytes)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn is_control_plane(owner: &Machine) -> bool {
+    owner
+        .labels()
+        .contains_key("cluster.x-k8s.io/control-plane")
+}
+
+impl KvmMachineProvider {
+    /// The KVMCluster whose hypervisors the machine uses.
+    async fn kvm_cluster(
+        &self,
+        client: &Client,
+        namespace: &str,
+        cluster_name: &str,
+    ) -> Result<Option<KVMCluster>, KvmError> {
+        let clusters: Api<KVMCluster> = Api::namespaced(client.clone(), namespace);
+        let cluster = Api::<Cluster>::namespaced(client.clone(), namespace)
+            .get_opt(cluster_name)
+            .await
+            .map_err(api("reading", "Cluster", namespace, cluster_name))?;
+        if let Some(reference) = cluster
+            .as_ref()
+            .and_then(|c| c.spec.infrastructure_ref.as_ref())
+            && reference.kind == "KVMCluster"
+            && !reference.name.is_empty()
+        {
+            return clusters.get_opt(&reference.name).await.map_err(api(
+                "reading",
+                "KVMCluster",
+                namespace,
+                &reference.name,
+            ));
+        }
+        let labelled = clusters
+            .list(&ListParams::default().labels(&format!("{LABEL_CLUSTER_NAME}={cluster_name}")))
+            .await
+            .map_err(api("listing", "KVMCluster", namespace, ""))?;
+        Ok(labelled.items.into_iter().next())
+    }
+
+    async fn place(
+        &self,
+        request: &MachineRequest<'_, KVMMachine>,
+        cluster: &KVMCluster,
+        needs: &Needs,
+        context: &Context,
+    ) -> Result<Result<KvmHypervisor, Waiting>, KvmError> {
+        let machine = request.machine;
+        let pin = machine
+            .spec
+            .hypervisor
+            .clone()
+            .or_else(|| request.owner.spec.failure_domain.clone());
+        let control_plane = is_control_plane(request.owner);
+        let candidates: Vec<&KvmHypervisor> = cluster
+            .spec
+            .hypervisors
+            .iter()
+            .filter(|h| pin.as_deref().is_none_or(|p| p == h.name))
+            .filter(|h| !control_plane || h.control_plane.unwrap_or(true))
+            .collect();
+        if candidates.is_empty() {
+            let message = match &pin {
+                Some(pin) => format!(
+                    "KVMCluster {} has no hypervisor {pin:?} this machine may use (spec.hypervisor or the Machine's failure domain)",
+                    cluster.name_any()
+                ),
+                None => format!(
+                    "KVMCluster {} has no hypervisor that takes control-plane machines",
+                    cluster.name_any()
+                ),
+            };
+            return Ok(Err(Waiting::new("NoHypervisor", message)));
+        }
+        let mut best: Option<(&KvmHypervisor, u64)> = None;
+        let mut reasons = Vec::new();
+        for hypervisor in candidates {
+            match self
+                .driver
+                .capacity(&hypervisor.uri, &pool_of(hypervisor))
+                .await
+            {
+                Ok(capacity) => match does_not_fit(&capacity, needs) {
+                    Some(why) => reasons.push(format!("{}: {why}", hypervisor.name)),
+                    None => {
+                        let free = capacity
+                            .memory_bytes
+                            .saturating_sub(capacity.used_memory_bytes);
+                        if best.is_none_or(|(_, f)| free > f) {
+                            best = Some((hypervisor, free));
+                        }
+                    }
+                },
+                Err(error) => reasons.push(format!("{}: {error}", hypervisor.name)),
+            }
+        }
+        match best {
+            Some((hypervisor, _)) => Ok(Ok(hypervisor.clone())),
+            None => {
+                let message = format!(
+                    "no hypervisor can hold {} vCPUs, {} MiB of memory and {} MiB of disk: {}; free room, add a hypervisor to KVMCluster {} or make the machine smaller",
+                    needs.vcpus,
+                    needs.memory_bytes >> 20,
+                    needs.disk_bytes >> 20,
+                    reasons.join("; "),
+                    cluster.name_any()
+                );
+                context
+                    .publish(
+                        machine,
+                        EventType::Warning,
+                        "NoHypervisorFits",
+                        "Place",
+                        message.clone(),
+                    )
+                    .await;
+                Ok(Err(
+                    Waiting::new("NoHypervisorFits", message).retry_after(PLACEMENT_RETRY)
+                ))
+            }
+        }
+    }
+
+    async fn link_node(
+        &self,
+        cluster: &ClusterKey,
+        node_name: &str,
+        provider_id: &str,
+        generation: Option<i64>,
+    ) -> (capstan_model::meta::Condition, Option<Duration>) {
+        let condition = |status: &str, reason: &str, message: String| {
+            conditions::condition(
+                CONDITION_NODE_PROVIDER_ID,
+                status,
+                reason,
+                message,
+                generation,
+            )
+        };
+        let Some(workloads) = &self.workloads else {
+            return (
+                condition(
+                    conditions::UNKNOWN,
+                    "NoWorkloadAccess",
+                    "this controller runs without workload cluster access; the Node's providerID is left to the kubelet".into(),
+                ),
+                None,
+            );
+        };
+        let client = match workloads.client(cluster).await {
+            Ok(client) => client,
+            Err(error) => {
+                return (
+                    condition(
+                        conditions::FALSE,
+                        "WorkloadUnreachable",
+                        format!(
+                            "waiting for the workload API: {}",
+                            capstan_runtime::controller::ErrorChain(&error)
+                        ),
+                    ),
+                    Some(NODE_RETRY),
+                );
+            }
+        };
+        let nodes: Api<Node> = Api::all(client);
+        let node = match nodes.get_opt(node_name).await {
+            Ok(node) => node,
+            Err(error) => {
+                workloads.forget(cluster);
+                return (
+                    condition(
+                        conditions::FALSE,
+                        "WorkloadUnreachable",
+                        format!("reading Node {node_name}: {error}"),
+                    ),
+                    Some(NODE_RETRY),
+                );
+            }
+        };
+        let Some(node) = node else {
+            return (
+                condition(
+                    conditions::FALSE,
+                    "WaitingForNode",
+                    format!("no Node {node_name} in the workload cluster yet"),
+                ),
+                Some(NODE_RETRY),
+            );
+        };
+        match node.spec.as_ref().and_then(|s| s.provider_id.as_deref()) {
+            Some(id) if id == provider_id => {}
+            Some(other) if !other.is_empty() => {
+                return (
+                    condition(
+                        conditions::FALSE,
+                        "ProviderIDMismatch",
+                        format!(
+                            "Node {node_name} already has providerID {other}, not {provider_id}: the kubelet's --provider-id disagrees with the VM; fix the bootstrap data"
+                        ),
+                    ),
+                    None,
+                );
+            }
+            _ => {
+                let patch = json!({"spec": {"providerID": provider_id}});
+                if let Err(error) = nodes
+                    .patch(node_name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                {
+                    return (
+                        condition(
+                            conditions::FALSE,
+                            "NodePatchFailed",
+                            format!("setting providerID of Node {node_name}: {error}"),
+                        ),
+                        Some(NODE_RETRY),
+                    );
+                }
+            }
+        }
+        (
+            condition(
+                conditions::TRUE,
+                "ProviderIDSet",
+                format!("Node {node_name}"),
+            ),
+            None,
+        )
+    }
+
+    /// Base image, volumes and medium on `hypervisor`; the disks of the domain, or why not yet.
+    async fn ensure_storage(
+        &self,
+        request: &MachineRequest<'_, KVMMachine>,
+        cluster: &KVMCluster,
+        hypervisor: &KvmHypervisor,
+        domain: &str,
+        uuid: &str,
+    ) -> Result<Result<Vec<DiskConfig>, Waiting>, DriverError> {
+        let machine = request.machine;
+        let uri = &hypervisor.uri;
+        let pool = pool_of(hypervisor);
+        let resources = &machine.spec.resources;
+        let volume = |name: String,
+                      capacity_bytes: u64,
+                      format: &str,
+                      backing: Option<(String, String)>| VolumeConfig {
+            pool: pool.clone(),
+            name,
+            capacity_bytes,
+            format: format.to_owned(),
+            backing,
+        };
+        let mut disks = Vec::new();
+        let backing = match &machine.spec.image {
+            Some(image) => {
+                let name = base_volume(image.checksum.as_deref().unwrap_or_default());
+                let format = image.format.clone().unwrap_or_else(|| "qcow2".to_owned());
+                let existing = self.driver.volumes(uri, &pool, &name).await?;
+                let written = if existing.contains(&name) {
+                    self.driver
+                        .ensure_volume(uri, volume(name, 1, &format, None), Content::Empty)
+                        .await?
+                } else {
+                    let fetched = {
+                        let image = image.clone();
+                        tokio::task::spawn_blocking(move || fetch_image(&image))
+                            .await
+                            .map_err(DriverError::Worker)?
+                    };
+                    let bytes = match fetched {
+                        Ok(bytes) => bytes,
+                        Err(waiting) => return Ok(Err(waiting)),
+                    };
+                    let length = bytes.len() as u64;
+                    self.driver
+                        .ensure_volume(
+                            uri,
+                            volume(name, length, "raw", None),
+                            Content::Bytes(bytes),
+                        )
+                        .await?
+                };
+                Some((written.path().to_owned(), format))
+            }
+            None => None,
+        };
+        let disk_size = size(
+            resources.disk.as_deref(),
+            DEFAULT_DISK,
+            "spec.resources.disk",
+        )
+        .unwrap_or(DEFAULT_DISK);
+        let root = self
+            .driver
+            .ensure_volume(
+                uri,
+                volume(format!("{domain}-root.qcow2"), disk_size, "qcow2", backing),
+                Content::Empty,
+            )
+            .await?;
+        disks.push(DiskConfig {
+            path: root.path().to_owned(),
+            format: "qcow2".into(),
+            target: "vda".into(),
+            read_only: false,
+        });
+        let mut mounts = Vec::new();
+        let mut extra: Vec<(String, u64, String)> = Vec::new();
+        if let Some(docker) = resources.docker_volume_size.as_deref() {
+            let bytes = size(Some(docker), 0, "spec.resources.dockerVolumeSize").unwrap_or(0);
+            extra.push((
+                format!("{domain}-docker.qcow2"),
+                bytes,
+                "/var/lib/containerd".to_owned(),
+            ));
+        }
+        for spec in &machine.spec.volumes {
+            let bytes = size(Some(&spec.size), 0, "size").unwrap_or(0);
+            extra.push((
+                format!("{domain}-vol-{}.qcow2", spec.name),
+                bytes,
+                spec.mount_path.clone(),
+            ));
+        }
+        for (index, (name, bytes, path)) in extra.into_iter().enumerate() {
+            let written: Written = self
+                .driver
+                .ensure_volume(
+                    uri,
+                    volume(name, bytes.max(1 << 20), "qcow2", None),
+                    Content::Empty,
+                )
+                .await?;
+            let letter = char::from(b'b' + u8::try_from(index).unwrap_or(0).min(23));
+            let target = format!("vd{letter}");
+            mounts.push(Mount {
+                device: format!("/dev/{target}"),
+                path,
+            });
+            disks.push(DiskConfig {
+                path: written.path().to_owned(),
+                format: "qcow2".into(),
+                target,
+                read_only: false,
+            });
+        }
+        let nics = nics(machine, uuid);
+        let node = NodeConfig {
+            instance_id: uuid.to_owned(),
+            hostname: machine.name_any(),
+            nics: nics
+                .iter()
+                .zip(network_specs(machine))
+                .map(|(nic, spec)| Nic {
+                    mac: nic.mac.clone(),
+                    address: spec.address.clone(),
+                    gateway: spec.gateway.clone(),
+                })
+                .collect(),
+            dns_servers: cluster.spec.dns_servers.clone(),
+            ntp_servers: cluster.spec.ntp_servers.clone(),
+            mounts,
+        };
+        let medium_name = format!("{domain}-cidata.iso");
+        let content = match &request.bootstrap {
+            Some(bootstrap) => match media::nocloud_iso(&node, &bootstrap.value) {
+                Ok(bytes) => Content::Bytes(bytes),
+                Err(error) => {
+                    return Ok(Err(Waiting::new(
+                        "MediumFailed",
+                        format!("writing the cloud-init medium: {error}"),
+                    )));
+                }
+            },
+            None => Content::Empty,
+        };
+        let length = match &content {
+            Content::Bytes(bytes) => bytes.len() as u64,
+            _ => 1 << 20,
+        };
+        let medium = self
+            .driver
+            .ensure_volume(uri, volume(medium_name, length, "raw", None), content)
+            .await?;
+        let letter = char::from(b'a' + u8::try_from(disks.len()).unwrap_or(25).min(25));
+        disks.push(DiskConfig {
+            path: medium.path().to_owned(),
+            format: "raw".into(),
+            target: format!("vd{letter}"),
+            read_only: true,
+        });
+        Ok(Ok(disks))
+    }
+}
+
+/// The networks of a machine: its spec's, or one NIC on libvirt's `default` network.
+fn network_specs(machine: &KVMMachine) -> Vec<capstan_model::kvm::KvmNetwork> {
+    if machine.spec.networks.is_empty() {
+        vec![capstan_model::kvm::KvmNetwork {
+            network: Some("default".into()),
+            ..Default::default()
+        }]
+    } else {
+        machine.spec.networks.clone()
+    }
+}
+
+fn nics(machine: &KVMMachine, uuid: &str) -> Vec<NicConfig> {
+    network_specs(machine)
+        .iter()
+        .enumerate()
+        .map(|(index, network)| NicConfig {
+            source: match (&network.bridge, &network.network) {
+                _ if network.user == Some(true) => NicSource::User,
+                (Some(bridge), _) => NicSource::Bridge(bridge.clone()),
+                (None, Some(name)) => NicSource::Network(name.clone()),
+                (None, None) => NicSource::Network("default".into()),
+            },
+            mac: mac_address(uuid, index),
+        })
+        .collect()
+}
+
+fn addresses(machine: &KVMMachine) -> Vec<MachineAddress> {
+    let mut out: Vec<MachineAddress> = network_specs(machine)
+        .iter()
+        .filter_map(|n| n.address.as_deref())
+        .map(|a| MachineAddress::new("InternalIP", a.split('/').next().unwrap_or(a)))
+        .collect();
+    out.push(MachineAddress::new("Hostname", machine.name_any()));
+    out
+}
+
+/// A driver error as a condition: unreachable hypervisors and refusals are waits with a retry,
+/// named in the message.
+fn driver_wait(hypervisor: &str, error: &DriverError) -> Waiting {
+    let reason = match error {
+        DriverError::Unreachable { .. } => "HypervisorUnreachable",
+        DriverError::AuthFailed { .. } => "HypervisorAuthFailed",
+        DriverError::NoPool { .. } => "PoolMissing",
+        _ => "HypervisorError",
+    };
+    Waiting::new(reason, format!("hypervisor {hypervisor}: {error}")).retry_after(PLACEMENT_RETRY)
+}
+
+impl InfraMachineProvider for KvmMachineProvider {
+    type Machine = KVMMachine;
+    type Error = KvmError;
+
+    fn name(&self) -> &'static str {
+        MACHINE_CONTROLLER
+    }
+
+    fn finalizer(&self) -> &'static str {
+        MACHINE_FINALIZER
+    }
+
+    fn concurrency(&self) -> u16 {
+        8
+    }
+
+    async fn ensure(
+        &self,
+        request: &MachineRequest<'_, KVMMachine>,
+        context: &Context,
+    ) -> Result<Progress<Provisioned>, KvmError> {
+        let machine = request.machine;
+        let client = context.client();
+        let namespace = machine.namespace().unwrap_or_default();
+        let name = machine.name_any();
+        let Some(uuid) = machine.uid() else {
+            return Ok(Progress::waiting(
+                "WaitingForUID",
+                "the KVMMachine has no metadata.uid yet",
+            ));
+        };
+        let Some(cluster) = self
+            .kvm_cluster(client, &namespace, request.cluster_name)
+            .await?
+        else {
+            return Ok(Progress::waiting(
+                "NoKVMCluster",
+                format!(
+                    "no KVMCluster for Cluster {namespace}/{}: make it the Cluster's infrastructureRef, or label one {LABEL_CLUSTER_NAME}={} to lend its hypervisors",
+                    request.cluster_name, request.cluster_name
+                ),
+            ));
+        };
+        let needs = match needs(machine) {
+            Ok(needs) => needs,
+            Err(waiting) => return Ok(Progress::Waiting(waiting)),
+        };
+        let status = machine.status.clone().unwrap_or_default();
+        let placed = status
+            .hypervisor
+            .as_deref()
+            .and_then(|placed| cluster.spec.hypervisors.iter().find(|h| h.name == placed));
+        let hypervisor = match (placed, status.hypervisor.as_deref()) {
+            (Some(hypervisor), _) => hypervisor.clone(),
+            (None, Some(gone)) => {
+                return Ok(Progress::waiting(
+                    "HypervisorRemoved",
+                    format!(
+                        "the VM was placed on hypervisor {gone:?}, which KVMCluster {} no longer lists: put it back, or delete this machine",
+                        cluster.name_any()
+                    ),
+                ));
+            }
+            (None, None) => {
+                let hypervisor = match self.place(request, &cluster, &needs, context).await? {
+                    Ok(hypervisor) => hypervisor,
+                    Err(waiting) => return Ok(Progress::Waiting(waiting)),
+                };
+                // Placement is written before anything is made, so a restart never places twice.
+                let patch = json!({"status": {
+                    "hypervisor": hypervisor.name,
+                    "hypervisorURI": hypervisor.uri,
+                    "pool": pool_of(&hypervisor),
+                }});
+                Api::<KVMMachine>::namespaced(client.clone(), &namespace)
+                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .map_err(api(
+                        "recording the placement of",
+                        "KVMMachine",
+                        &namespace,
+                        &name,
+                    ))?;
+                return Ok(Progress::Waiting(Waiting::new(
+                    "Placed",
+                    format!("placed on hypervisor {}", hypervisor.name),
+                )));
+            }
+        };
+        let domain = domain_name(&namespace, &name);
+        let uri = hypervisor.uri.clone();
+        let existing = match self.driver.domain(&uri, &domain).await {
+            Ok(existing) => existing,
+            Err(error) => return Ok(Progress::Waiting(driver_wait(&hypervisor.name, &error))),
+        };
+        let running = match existing {
+            Some(status) if request.already_provisioned => status,
+            _ => {
+                let disks = match self
+                    .ensure_storage(request, &cluster, &hypervisor, &domain, &uuid)
+                    .await
+                {
+                    Ok(Ok(disks)) => disks,
+                    Ok(Err(waiting)) => {
+                        if matches!(
+                            waiting.reason.as_str(),
+                            "ImageChecksumMismatch" | "UnsupportedImageURL" | "ImageUnreadable"
+                        ) {
+                            context
+                                .publish(
+                                    machine,
+                                    EventType::Warning,
+                                    &waiting.reason,
+                                    "FetchImage",
+                                    waiting.message.clone(),
+                                )
+                                .await;
+                        }
+                        return Ok(Progress::Waiting(waiting));
+                    }
+                    Err(error) => {
+                        return Ok(Progress::Waiting(driver_wait(&hypervisor.name, &error)));
+                    }
+                };
+                let config = DomainConfig {
+                    name: domain.clone(),
+                    uuid: uuid.clone(),
+                    vcpus: needs.vcpus,
+                    memory_bytes: needs.memory_bytes,
+                    disks,
+                    nics: nics(machine, &uuid),
+                    domain_type: hypervisor
+                        .domain_type
+                        .clone()
+                        .unwrap_or_else(|| "kvm".to_owned()),
+                    console_log: (!crate::driver::is_simulated(&uri))
+                        .then(|| format!("/var/log/libvirt/qemu/{domain}-console.log")),
+                };
+                match self.driver.ensure_domain(&uri, config).await {
+                    Ok(status) => {
+                        if !request.already_provisioned {
+                            context
+                                .publish(
+                                    machine,
+                                    EventType::Normal,
+                                    "VMStarted",
+                                    "Provision",
+                                    format!(
+                                        "domain {domain} ({}) is {} on hypervisor {}",
+                                        status.uuid, status.state, hypervisor.name
+                                    ),
+                                )
+                                .await;
+                        }
+                        status
+                    }
+                    Err(error) => {
+                        return Ok(Progress::Waiting(driver_wait(&hypervisor.name, &error)));
+                    }
+                }
+            }
+        };
+        if status.domain_state.as_deref() != Some(running.state.as_str())
+            || status.domain_uuid.as_deref() != Some(running.uuid.as_str())
+        {
+            let patch =
+                json!({"status": {"domainState": running.state, "domainUUID": running.uuid}});
+            Api::<KVMMachine>::namespaced(client.clone(), &namespace)
+                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(api(
+                    "recording the domain state of",
+                    "KVMMachine",
+                    &namespace,
+                    &name,
+                ))?;
+        }
+        let provider_id = provider_id(&hypervisor.name, &running.uuid);
+        let vm_condition = conditions::condition(
+            CONDITION_VM_RUNNING,
+            if running.running {
+                conditions::TRUE
+            } else {
+                conditions::FALSE
+            },
+            if running.running {
+                "Running"
+            } else {
+                "NotRunning"
+            },
+            format!(
+                "domain {domain} on hypervisor {} is {}",
+                hypervisor.name, running.state
+            ),
+            machine.metadata.generation,
+        );
+        let already_linked = capstan_infra::machine::machine_conditions(machine)
+            .iter()
+            .any(|c| c.type_ == CONDITION_NODE_PROVIDER_ID && c.status == conditions::TRUE);
+        let (node_condition, requeue_after) = if already_linked {
+            (None, Some(WATCH_VM))
+        } else {
+            let key = ClusterKey::new(namespace.clone(), request.cluster_name);
+            let (condition, requeue) = self
+                .link_node(&key, &name, &provider_id, machine.metadata.generation)
+                .await;
+            (Some(condition), requeue.or(Some(WATCH_VM)))
+        };
+        let mut extra = vec![vm_condition];
+        extra.extend(node_condition);
+        Ok(Progress::Done(Provisioned {
+            provider_id,
+            addresses: addresses(machine),
+            failure_domain: Some(hypervisor.name.clone()),
+            conditions: extra,
+            requeue_after,
+        }))
+    }
+
+    async fn release(
+        &self,
+        request: &ReleaseRequest<'_, KVMMachine>,
+        context: &Context,
+    ) -> Result<Progress<()>, KvmError> {
+        let machine = request.machine;
+        let namespace = machine.namespace().unwrap_or_default();
+        let name = machine.name_any();
+        let status = machine.status.clone().unwrap_or_default();
+        let (Some(hypervisor), Some(uri)) = (status.hypervisor, status.hypervisor_uri) else {
+            // Never placed: nothing was made.
+            return Ok(Progress::Done(()));
+        };
+        let domain = domain_name(&namespace, &name);
+        let pool = status.pool.unwrap_or_else(|| DEFAULT_POOL.to_owned());
+        let wait = |error: DriverError| {
+            let mut waiting = driver_wait(&hypervisor, &error);
+            waiting.message.push_str(
+                "; the VM and its volumes stay until the hypervisor answers (remove the finalizer to give up on them)",
+            );
+            Ok(Progress::Waiting(waiting))
+        };
+        if let Err(error) = self.driver.delete_domain(&uri, &domain).await {
+            return wait(error);
+        }
+        for volume in owned_volumes(&domain, machine) {
+            if let Err(error) = self.driver.delete_volume(&uri, &pool, &volume).await {
+                return wait(error);
+            }
+        }
+        context
+            .publish(
+                machine,
+                EventType::Normal,
+                "VMDeleted",
+                "Release",
+                format!("domain {domain} and its volumes removed from hypervisor {hypervisor}"),
+            )
+            .await;
+        Ok(Progress::Done(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fit_names_what_is_short() {
+        let capacity = Capacity {
+            cpus: 4,
+            memory_bytes: 8 << 30,
+            used_vcpus: 2,
+            used_memory_bytes: 6 << 30,
+            pool_available_bytes: 10 << 30,
+        };
+        let mut want = Needs {
+            vcpus: 2,
+            memory_bytes: 1 << 30,
+            disk_bytes: 5 << 30,
+        };
+        assert_eq!(does_not_fit(&capacity, &want), None);
+        want.memory_bytes = 3 << 30;
+        assert_eq!(
+            does_not_fit(&capacity, &want).as_deref(),
+            Some("3072 MiB of memory asked, 2048 MiB free")
+        );
+        want.memory_bytes = 1 << 30;
+        want.vcpus = 8;
+        assert!(
+            does_not_fit(&capacity, &want)
+                .unwrap_or_default()
+                .contains("8 vCPUs")
+        );
+        want.vcpus = 1;
+        want.disk_bytes = 11 << 30;
+        assert!(
+            does_not_fit(&capacity, &want)
+                .unwrap_or_default()
+                .contains("in the pool")
+        );
+    }
+
+    #[test]
+    fn names_are_stable_and_distinct() {
+        assert_eq!(domain_name("ns", "m1"), "capstan-kvm-ns-m1");
+        assert_eq!(mac_address("u", 0), mac_address("u", 0));
+        assert_ne!(mac_address("u", 0), mac_address("u", 1));
+        assert!(mac_address("u", 0).starts_with("52:54:00:"));
+        assert_eq!(provider_id("hv1", "abc"), "libvirt://hv1/abc");
+        assert_eq!(
+            base_volume("ABCDEF0123456789ff"),
+            "capstan-kvm-base-abcdef0123456789.qcow2"
+        );
+    }
+
+    #[test]
+    fn image_checksum_is_verified() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("img");
+        std::fs::write(&path, b"image").unwrap_or_else(|e| panic!("{e}"));
+        let good = hex(&sha2::Sha256::digest(b"image"));
+        let mut image = KvmImage {
+            url: format!("file://{}", path.display()),
+            checksum: Some(good),
+            ..KvmImage::default()
+        };
+        assert_eq!(fetch_image(&image).ok(), Some(b"image".to_vec()));
+        image.checksum = Some("00".repeat(32));
+        assert_eq!(
+            fetch_image(&image).err().map(|w| w.reason),
+            Some("ImageChecksumMismatch".into())
+        );
+        image.url = "https://example.invalid/x.qcow2".into();
+        assert_eq!(
+            fetch_image(&image).err().map(|w| w.reason),
+            Some("UnsupportedImageURL".into())
+        );
+    }
+}

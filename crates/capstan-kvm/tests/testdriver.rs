@@ -1,0 +1,586 @@
+//! The KVM provider against the embedded API server, in-process, and libvirt's own `test:///`
+//! driver: a real libvirt driver (the same API, domains, pools, volumes and errors) that simulates
+//! hypervisors, so scale, a full hypervisor, an unreachable one and restarts are cheap to show.
+//! Custom hypervisors are node descriptions in files (`test:///PATH`), with the CPUs and memory a
+//! test wants. The CAPI core and bootstrap parts are played by hand, as their contracts say: the
+//! Cluster reports its infrastructure provisioned, each Machine names its bootstrap data Secret.
+//!
+//! Every wait polls a condition until a deadline.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use capstan_apiserver::conversion::ModelConverter;
+use capstan_apiserver::{ApiServer, Auth, in_process_client};
+use capstan_kvm::Driver;
+use capstan_kvm::machine::{NAME_PREFIX, domain_name};
+use capstan_model::kvm::v1beta2::{KVMCluster, KVMMachine};
+use capstan_runtime::{CancellationToken, RunOptions};
+use capstan_store::{Store, StoreOptions};
+use k8s_openapi::api::core::v1::Event;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use sha2::Digest;
+use std::future::Future;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const WAIT: Duration = Duration::from_secs(90);
+const BOOTSTRAP: &str =
+    "#cloud-config\nruncmd:\n- kubeadm join --config /run/kubeadm/kubeadm.yaml\n";
+
+struct Env {
+    dir: tempfile::TempDir,
+    client: Client,
+    driver: Arc<Driver>,
+    shutdown: CancellationToken,
+    namespace: String,
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+/// A simulated hypervisor with `cpus` CPUs and `memory_mib` of memory, its pool called `default`.
+fn hypervisor_file(dir: &Path, name: &str, cpus: u32, memory_mib: u64) -> String {
+    let path = dir.join(format!("{name}.xml"));
+    std::fs::write(
+        &path,
+        format!(
+            "<node><cpu><mhz>2000</mhz><model>capstan</model><nodes>1</nodes><sockets>1</sockets><cores>{cpus}</cores><threads>1</threads></cpu>\
+<memory>{}</memory>\
+<pool type='dir'><name>default</name><uuid>35bb2ad9-388a-cdfe-461a-b8907f6e53fe</uuid><target><path>/{name}-pool</path></target></pool>\
+<network><name>default</name><uuid>004b96e1-2d78-c30f-5aa5-f03c87d21e69</uuid><bridge name='virbr0'/><forward/>\
+<ip address='192.168.122.1' netmask='255.255.255.0'/></network></node>",
+            memory_mib * 1024
+        ),
+    )
+    .unwrap();
+    format!("test://{}", path.display())
+}
+
+fn start_controllers(client: &Client, driver: Arc<Driver>) -> CancellationToken {
+    let shutdown = CancellationToken::new();
+    let options = RunOptions::new(shutdown.clone());
+    let client = client.clone();
+    tokio::spawn(async move {
+        capstan_runtime::run(client, options, move || {
+            capstan_kvm::controllers(driver.clone(), None)
+        })
+        .await
+    });
+    shutdown
+}
+
+async fn start(namespace: &str) -> Env {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "capstan=info,kube=warn".into()),
+        )
+        .with_test_writer()
+        .try_init();
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("state.db"), StoreOptions::default()).unwrap();
+    let server = ApiServer::new(store, Arc::new(ModelConverter), Auth { tokens: Vec::new() })
+        .await
+        .unwrap();
+    let client = in_process_client(server.router());
+    let driver = Driver::new();
+    let shutdown = start_controllers(&client, driver.clone());
+    create(
+        &client,
+        "v1",
+        "Namespace",
+        "namespaces",
+        None,
+        json!({"metadata": {"name": namespace}}),
+    )
+    .await;
+    Env {
+        dir,
+        client,
+        driver,
+        shutdown,
+        namespace: namespace.to_owned(),
+    }
+}
+
+fn api(
+    client: &Client,
+    api_version: &str,
+    kind: &str,
+    plural: &str,
+    namespace: Option<&str>,
+) -> Api<kube::api::DynamicObject> {
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let resource = kube::api::ApiResource {
+        group: group.into(),
+        version: version.into(),
+        api_version: api_version.into(),
+        kind: kind.into(),
+        plural: plural.into(),
+    };
+    match namespace {
+        Some(namespace) => Api::namespaced_with(client.clone(), namespace, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    }
+}
+
+async fn create(
+    client: &Client,
+    api_version: &str,
+    kind: &str,
+    plural: &str,
+    namespace: Option<&str>,
+    mut object: Value,
+) -> kube::api::DynamicObject {
+    object["apiVersion"] = json!(api_version);
+    object["kind"] = json!(kind);
+    let object: kube::api::DynamicObject = serde_json::from_value(object).unwrap();
+    api(client, api_version, kind, plural, namespace)
+        .create(&PostParams::default(), &object)
+        .await
+        .unwrap()
+}
+
+async fn poll<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn owner(kind: &str, object: &kube::api::DynamicObject) -> Value {
+    json!([{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": kind, "name": object.name_any(), "uid": object.uid().unwrap()}])
+}
+
+/// A Cluster whose infrastructure is KVMCluster `name` with `hypervisors`, provisioned as the
+/// Cluster controller would report it.
+async fn cluster(env: &Env, name: &str, hypervisors: Value) {
+    let ns = Some(env.namespace.as_str());
+    let cluster = create(&env.client, "cluster.x-k8s.io/v1beta2", "Cluster", "clusters", ns, json!({
+        "metadata": {"name": name},
+        "spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "KVMCluster", "name": name}},
+    }))
+    .await;
+    api(
+        &env.client,
+        "cluster.x-k8s.io/v1beta2",
+        "Cluster",
+        "clusters",
+        ns,
+    )
+    .patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"status": {"initialization": {"infrastructureProvisioned": true}}})),
+    )
+    .await
+    .unwrap();
+    create(&env.client, "infrastructure.cluster.x-k8s.io/v1beta2", "KVMCluster", "kvmclusters", ns, json!({
+        "metadata": {"name": name, "ownerReferences": owner("Cluster", &cluster), "labels": {"cluster.x-k8s.io/cluster-name": name}},
+        "spec": {"controlPlaneEndpoint": {"host": "192.168.122.5", "port": 6443}, "hypervisors": hypervisors,
+                 "dnsServers": ["192.168.122.1"], "ntpServers": ["192.168.122.1"]},
+    }))
+    .await;
+}
+
+/// A Machine of `cluster` with bootstrap data, and its KVMMachine with `spec`.
+async fn machine(env: &Env, cluster: &str, name: &str, spec: Value) {
+    let ns = Some(env.namespace.as_str());
+    create(
+        &env.client,
+        "v1",
+        "Secret",
+        "secrets",
+        ns,
+        json!({
+            "metadata": {"name": format!("{name}-bootstrap")},
+            "stringData": {"value": BOOTSTRAP, "format": "cloud-config"},
+        }),
+    )
+    .await;
+    let owner_machine = create(&env.client, "cluster.x-k8s.io/v1beta2", "Machine", "machines", ns, json!({
+        "metadata": {"name": name, "labels": {"cluster.x-k8s.io/cluster-name": cluster}},
+        "spec": {"clusterName": cluster, "bootstrap": {"dataSecretName": format!("{name}-bootstrap")},
+                 "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "KVMMachine", "name": name}},
+    }))
+    .await;
+    create(&env.client, "infrastructure.cluster.x-k8s.io/v1beta2", "KVMMachine", "kvmmachines", ns, json!({
+        "metadata": {"name": name, "ownerReferences": owner("Machine", &owner_machine), "labels": {"cluster.x-k8s.io/cluster-name": cluster}},
+        "spec": spec,
+    }))
+    .await;
+}
+
+fn image(env: &Env) -> Value {
+    let path = env.dir.path().join("base.qcow2");
+    let bytes = b"QFI\xfb not a real image: the test hypervisor has no data path".to_vec();
+    std::fs::write(&path, &bytes).unwrap();
+    let digest: String = sha2::Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    json!({"url": format!("file://{}", path.display()), "checksum": digest})
+}
+
+async fn kvm_machine(env: &Env, name: &str) -> Option<KVMMachine> {
+    Api::<KVMMachine>::namespaced(env.client.clone(), &env.namespace)
+        .get_opt(name)
+        .await
+        .unwrap()
+}
+
+fn ready(machine: &KVMMachine) -> Option<(bool, String, String)> {
+    let status = machine.status.as_ref()?;
+    let condition = status.conditions.iter().find(|c| c.type_ == "Ready")?;
+    Some((
+        condition.status == "True",
+        condition.reason.clone().unwrap_or_default(),
+        condition.message.clone().unwrap_or_default(),
+    ))
+}
+
+async fn wait_provisioned(env: &Env, name: &str) -> KVMMachine {
+    poll(&format!("KVMMachine {name} provisioned"), || async {
+        let machine = kvm_machine(env, name).await?;
+        let provisioned = machine
+            .status
+            .as_ref()?
+            .initialization
+            .as_ref()?
+            .get("provisioned")?
+            .as_bool()?;
+        provisioned.then_some(machine)
+    })
+    .await
+}
+
+async fn wait_reason(env: &Env, name: &str, reason: &str) -> String {
+    poll(
+        &format!("KVMMachine {name} Ready reason {reason}"),
+        || async {
+            let machine = kvm_machine(env, name).await?;
+            let (_, actual, message) = ready(&machine)?;
+            (actual == reason).then_some(message)
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn machines_spread_over_hypervisors_and_leave_nothing_behind() {
+    let env = start("spread").await;
+    let hv1 = hypervisor_file(env.dir.path(), "hv1", 16, 32 << 10);
+    let hv2 = hypervisor_file(env.dir.path(), "hv2", 16, 32 << 10);
+    cluster(
+        &env,
+        "c1",
+        json!([{"name": "hv1", "uri": hv1}, {"name": "hv2", "uri": hv2}]),
+    )
+    .await;
+    let image = image(&env);
+    const COUNT: usize = 6;
+    for i in 0..COUNT {
+        machine(&env, "c1", &format!("m{i}"), json!({
+            "resources": {"cpu": 2, "memory": "4Gi", "disk": "20Gi", "dockerVolumeSize": "5Gi"},
+            "image": image,
+            "volumes": [{"name": "etcd", "size": "2Gi", "mountPath": "/var/lib/etcd"}],
+            "networks": [{"network": "default", "address": format!("192.168.122.{}/24", 10 + i), "gateway": "192.168.122.1"}],
+        }))
+        .await;
+    }
+    let mut per_hypervisor = std::collections::BTreeMap::<String, usize>::new();
+    for i in 0..COUNT {
+        let machine = wait_provisioned(&env, &format!("m{i}")).await;
+        let status = machine.status.clone().unwrap();
+        let hypervisor = status.hypervisor.clone().unwrap();
+        let uuid = machine.uid().unwrap();
+        assert_eq!(
+            machine.spec.provider_id.as_deref(),
+            Some(format!("libvirt://{hypervisor}/{uuid}").as_str())
+        );
+        assert_eq!(status.failure_domain.as_deref(), Some(hypervisor.as_str()));
+        assert_eq!(status.domain_state.as_deref(), Some("running"));
+        assert_eq!(status.domain_uuid.as_deref(), Some(uuid.as_str()));
+        let addresses = status.addresses.clone().unwrap();
+        assert_eq!(
+            addresses[0],
+            json!({"type": "InternalIP", "address": format!("192.168.122.{}", 10 + i)})
+        );
+        *per_hypervisor.entry(hypervisor).or_default() += 1;
+    }
+    // 4Gi each on two 32Gi hypervisors, placed on the one with most free memory: spread evenly.
+    assert_eq!(
+        per_hypervisor.values().copied().collect::<Vec<_>>(),
+        vec![COUNT / 2, COUNT / 2],
+        "{per_hypervisor:?}"
+    );
+    for uri in [&hv1, &hv2] {
+        let domains = env.driver.domains(uri, NAME_PREFIX).await.unwrap();
+        assert_eq!(domains.len(), COUNT / 2, "{domains:?}");
+        let volumes = env
+            .driver
+            .volumes(uri, "default", NAME_PREFIX)
+            .await
+            .unwrap();
+        // One base image, and per machine: root, docker, etcd, cidata.
+        assert_eq!(volumes.len(), 1 + 4 * COUNT / 2, "{volumes:?}");
+        assert_eq!(volumes.iter().filter(|v| v.contains("-base-")).count(), 1);
+    }
+    // Asking again changes nothing: the controller's next passes found everything by name.
+    let machines: Api<KVMMachine> = Api::namespaced(env.client.clone(), &env.namespace);
+    for i in 0..COUNT {
+        machines
+            .delete(&format!("m{i}"), &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    poll("every KVMMachine gone", || async {
+        machines
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+    for uri in [&hv1, &hv2] {
+        assert!(
+            env.driver
+                .domains(uri, NAME_PREFIX)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        let volumes = env
+            .driver
+            .volumes(uri, "default", NAME_PREFIX)
+            .await
+            .unwrap();
+        assert_eq!(
+            volumes.len(),
+            1,
+            "only the base image stays, as the pool's cache: {volumes:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hypervisor_faults_are_conditions_that_say_what_to_do() {
+    let env = start("faults").await;
+    let small = hypervisor_file(env.dir.path(), "small", 2, 512);
+    cluster(
+        &env,
+        "c1",
+        json!([
+            {"name": "small", "uri": small},
+            {"name": "gone", "uri": "qemu+tcp://127.0.0.1:1/system"},
+        ]),
+    )
+    .await;
+    // Too big for the small one; the other does not answer.
+    machine(
+        &env,
+        "c1",
+        "big",
+        json!({"resources": {"cpu": 1, "memory": "1Gi", "disk": "1Gi"}}),
+    )
+    .await;
+    let message = wait_reason(&env, "big", "NoHypervisorFits").await;
+    assert!(
+        message.contains("small: 1024 MiB of memory asked, 512 MiB free"),
+        "{message}"
+    );
+    assert!(
+        message.contains("gone: cannot connect to hypervisor qemu+tcp://127.0.0.1:1/system"),
+        "{message}"
+    );
+    let events: Api<Event> = Api::namespaced(env.client.clone(), &env.namespace);
+    poll("a NoHypervisorFits Event", || async {
+        let list = events.list(&ListParams::default()).await.unwrap();
+        list.items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("NoHypervisorFits"))
+            .then_some(())
+    })
+    .await;
+    // A wrong checksum: refused before anything is made.
+    let mut image = image(&env);
+    image["checksum"] = json!("0".repeat(64));
+    machine(
+        &env,
+        "c1",
+        "badimage",
+        json!({"resources": {"cpu": 1, "memory": "128Mi", "disk": "1Gi"}, "image": image}),
+    )
+    .await;
+    let message = wait_reason(&env, "badimage", "ImageChecksumMismatch").await;
+    assert!(
+        message.contains("fix the checksum or the image"),
+        "{message}"
+    );
+    assert!(
+        env.driver
+            .domains(&small, NAME_PREFIX)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // A bad size names the field.
+    machine(
+        &env,
+        "c1",
+        "badsize",
+        json!({"resources": {"memory": "lots"}}),
+    )
+    .await;
+    let message = wait_reason(&env, "badsize", "InvalidSpec").await;
+    assert!(
+        message.contains("spec.resources.memory") && message.contains("20Gi"),
+        "{message}"
+    );
+    // An unknown scheme on the cluster.
+    let ns = Some(env.namespace.as_str());
+    api(
+        &env.client,
+        "infrastructure.cluster.x-k8s.io/v1beta2",
+        "KVMCluster",
+        "kvmclusters",
+        ns,
+    )
+    .patch(
+        "c1",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"spec": {"hypervisors": [{"name": "x", "uri": "vbox:///session"}]}})),
+    )
+    .await
+    .unwrap();
+    let clusters: Api<KVMCluster> = Api::namespaced(env.client.clone(), &env.namespace);
+    poll("KVMCluster UnknownHypervisorScheme", || async {
+        let cluster = clusters.get("c1").await.ok()?;
+        let condition = cluster
+            .status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "Ready")?;
+        (condition.reason.as_deref() == Some("UnknownHypervisorScheme")
+            && condition
+                .message
+                .as_deref()
+                .is_some_and(|m| m.contains("vbox:///session") && m.contains("qemu:///system")))
+        .then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_controller_adopts_its_vms_and_never_defines_twice() {
+    let env = start("restart").await;
+    // libvirt's shared default test hypervisor: every connection of the process sees one state,
+    // so a second driver (a restarted capstan) sees what the first made.
+    cluster(
+        &env,
+        "c1",
+        json!([{"name": "hv", "uri": "test:///default", "pool": "default-pool"}]),
+    )
+    .await;
+    machine(
+        &env,
+        "c1",
+        "m0",
+        json!({"resources": {"cpu": 1, "memory": "64Mi", "disk": "1Gi"}}),
+    )
+    .await;
+    let first = wait_provisioned(&env, "m0").await;
+    let domain = domain_name(&env.namespace, "m0");
+    // A machine whose volumes were made before a crash, but no domain yet.
+    let m1_domain = domain_name(&env.namespace, "m1");
+    env.driver
+        .ensure_volume(
+            "test:///default",
+            capstan_kvm::driver::VolumeConfig {
+                pool: "default-pool".into(),
+                name: format!("{m1_domain}-root.qcow2"),
+                capacity_bytes: 1 << 30,
+                format: "qcow2".into(),
+                backing: None,
+            },
+            capstan_kvm::driver::Content::Empty,
+        )
+        .await
+        .unwrap();
+    env.shutdown.cancel();
+    let driver = Driver::new();
+    let _restarted = StopOnDrop(start_controllers(&env.client, driver.clone()));
+    machine(
+        &env,
+        "c1",
+        "m1",
+        json!({"resources": {"cpu": 1, "memory": "64Mi", "disk": "1Gi"}}),
+    )
+    .await;
+    let second = wait_provisioned(&env, "m1").await;
+    assert_ne!(first.spec.provider_id, second.spec.provider_id);
+    let prefix = format!("{NAME_PREFIX}{}-", env.namespace);
+    assert_eq!(
+        driver.domains("test:///default", &prefix).await.unwrap(),
+        vec![domain.clone(), m1_domain.clone()]
+    );
+    let volumes = driver
+        .volumes("test:///default", "default-pool", &prefix)
+        .await
+        .unwrap();
+    assert_eq!(
+        volumes
+            .iter()
+            .filter(|v| v.ends_with("-root.qcow2"))
+            .count(),
+        2,
+        "{volumes:?}"
+    );
+    // The restarted controller still owns m0: deleting it removes its domain.
+    Api::<KVMMachine>::namespaced(env.client.clone(), &env.namespace)
+        .delete("m0", &DeleteParams::default())
+        .await
+        .unwrap();
+    poll("m0's domain gone", || async {
+        (driver.domains("test:///default", &prefix).await.unwrap() == vec![m1_domain.clone()])
+            .then_some(())
+    })
+    .await;
+    Api::<KVMMachine>::namespaced(env.client.clone(), &env.namespace)
+        .delete("m1", &DeleteParams::default())
+        .await
+        .unwrap();
+    poll("every volume gone", || async {
+        driver
+            .volumes("test:///default", "default-pool", &prefix)
+            .await
+            .unwrap()
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+}
+
+struct StopOnDrop(CancellationToken);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
+}

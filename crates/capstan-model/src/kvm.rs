@@ -1,0 +1,288 @@
+//! The KVM infrastructure provider's kinds (`infrastructure.cluster.x-k8s.io`): KVMCluster,
+//! KVMMachine and KVMMachineTemplate, served in `v1alpha4` (the shape of the team design capstan's
+//! KVM provider follows: `resources.cpu`, `memory`, `disk`, `dockerVolumeSize`) and `v1beta2`, the
+//! storage version.
+//!
+//! Both versions have the same shape: what capstan adds to the design's fields (hypervisors,
+//! placement, base image, networks, extra volumes, DNS and NTP) is optional and accepted in either
+//! version, so converting between them only rewrites `apiVersion` and loses nothing. Sizes are
+//! Kubernetes quantities (`1Gi`, `20G`, `512Mi`), parsed by [`quantity_bytes`].
+
+use crate::capm3::ApiEndpoint;
+use crate::meta::Condition;
+use crate::resource;
+use serde::{Deserialize, Serialize};
+use serde_with::skip_serializing_none;
+
+/// The sizes of a VM, as the design names them.
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KvmResources {
+    /// Virtual CPUs.
+    pub cpu: Option<u32>,
+    /// Memory (a quantity: `1Gi`).
+    pub memory: Option<String>,
+    /// The root disk (a quantity: `20Gi`).
+    pub disk: Option<String>,
+    /// The container runtime's volume, mounted at `/var/lib/containerd` (a quantity: `5Gi`).
+    pub docker_volume_size: Option<String>,
+}
+
+/// The base image the root disk is backed by: fetched once per hypervisor into its pool.
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KvmImage {
+    /// `file://`, `http://` or `https://` URL of a qcow2 (or raw) image.
+    #[serde(default)]
+    pub url: String,
+    /// Hex digest of the image; required.
+    pub checksum: Option<String>,
+    /// `sha256` (the default) or `sha512`.
+    pub checksum_type: Option<String>,
+    /// `qcow2` (the default) or `raw`.
+    pub format: Option<String>,
+}
+
+/// One NIC: on a libvirt network or a host bridge.
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KvmNetwork {
+    /// A libvirt network (`default`).
+    pub network: Option<String>,
+    /// A host bridge (`br0`), instead of a network.
+    pub bridge: Option<String>,
+    /// QEMU's user-mode networking instead (no bridge or libvirt network on the host; the guest
+    /// reaches out through the hypervisor, nothing reaches in).
+    pub user: Option<bool>,
+    /// A static address with prefix (`192.168.122.10/24`) written into the node's network config.
+    pub address: Option<String>,
+    /// The default gateway for [`Self::address`].
+    pub gateway: Option<String>,
+}
+
+/// An extra volume: formatted and mounted by cloud-init (kubelet, etcd, host volumes).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KvmVolume {
+    /// Short name (`etcd`, `kubelet`, `data`): part of the volume's name in the pool.
+    #[serde(default)]
+    pub name: String,
+    /// A quantity (`10Gi`).
+    #[serde(default)]
+    pub size: String,
+    /// Where it is mounted in the guest (`/var/lib/etcd`).
+    #[serde(default)]
+    pub mount_path: String,
+}
+
+/// KVMMachine spec (also the template spec of KVMMachineTemplate).
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KvmMachineSpec {
+    #[serde(rename = "providerID")]
+    pub provider_id: Option<String>,
+    #[serde(default)]
+    pub resources: KvmResources,
+    pub image: Option<KvmImage>,
+    /// Pin the VM to the KVMCluster hypervisor of this name (else the one with most room).
+    pub hypervisor: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub networks: Vec<KvmNetwork>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<KvmVolume>,
+    pub failure_domain: Option<String>,
+}
+
+/// KVMMachine status.
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KvmMachineStatus {
+    pub ready: Option<bool>,
+    pub initialization: Option<serde_json::Value>,
+    pub addresses: Option<serde_json::Value>,
+    pub failure_domain: Option<String>,
+    /// The KVMCluster hypervisor the VM was placed on (kept for its lifetime).
+    pub hypervisor: Option<String>,
+    /// That hypervisor's libvirt URI when the VM was placed.
+    #[serde(rename = "hypervisorURI")]
+    pub hypervisor_uri: Option<String>,
+    /// The storage pool of the VM's volumes on that hypervisor.
+    pub pool: Option<String>,
+    /// The libvirt domain's UUID.
+    #[serde(rename = "domainUUID")]
+    pub domain_uuid: Option<String>,
+    /// The libvirt domain's state (`running`, `shut off`, …).
+    pub domain_state: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// KVMMachineTemplate spec.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct KvmMachineTemplateSpec {
+    #[serde(default)]
+    pub template: KvmMachineTemplateResource,
+}
+
+/// The template body of a KVMMachineTemplate.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct KvmMachineTemplateResource {
+    #[serde(default)]
+    pub spec: KvmMachineSpec,
+}
+
+/// A reference to a Secret in the KVMCluster's namespace.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LocalSecretReference {
+    #[serde(default)]
+    pub name: String,
+}
+
+/// One hypervisor a KVMCluster places VMs on: a libvirt connection and a storage pool. Each is a
+/// failure domain of the cluster.
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KvmHypervisor {
+    /// The failure domain's name and the `HYPERVISOR` of `libvirt://HYPERVISOR/UUID` providerIDs.
+    #[serde(default)]
+    pub name: String,
+    /// libvirt URI: `qemu:///system`, `qemu+ssh://user@host/system`, `qemu+tls://host/system`,
+    /// `test:///default` (libvirt's simulated hypervisor).
+    #[serde(default)]
+    pub uri: String,
+    /// Storage pool for images, disks and cloud-init media (`default`).
+    pub pool: Option<String>,
+    /// Secret with `username` and `password` for libvirt's SASL authentication.
+    pub credentials_secret_ref: Option<LocalSecretReference>,
+    /// Whether control-plane VMs may be placed here (default true).
+    pub control_plane: Option<bool>,
+    /// libvirt domain type: `kvm` (the default, hardware virtualisation) or `qemu` (software
+    /// emulation, where KVM is missing or does not work, e.g. nested without VT-x).
+    pub domain_type: Option<String>,
+}
+
+/// KVMCluster spec.
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KvmClusterSpec {
+    pub control_plane_endpoint: Option<ApiEndpoint>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hypervisors: Vec<KvmHypervisor>,
+    /// DNS servers written into every node's network config.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dns_servers: Vec<String>,
+    /// NTP servers written into every node's cloud-config.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ntp_servers: Vec<String>,
+}
+
+/// KVMCluster status.
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KvmClusterStatus {
+    pub ready: Option<bool>,
+    pub initialization: Option<serde_json::Value>,
+    pub failure_domains: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// Why a quantity could not be read.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error(
+    "{value:?} is not a size: write a whole number with an optional suffix (Ki, Mi, Gi, Ti, k, M, G, T), e.g. 20Gi"
+)]
+pub struct QuantityError {
+    pub value: String,
+}
+
+/// Bytes in a Kubernetes quantity (`20Gi`, `512Mi`, `8G`, `8GB`, `1024`).
+pub fn quantity_bytes(value: &str) -> Result<u64, QuantityError> {
+    let error = || QuantityError {
+        value: value.to_owned(),
+    };
+    let text = value.trim();
+    let digits_end = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, suffix) = text.split_at(digits_end);
+    let number: u64 = number.parse().map_err(|_| error())?;
+    let multiplier: u64 = match suffix {
+        "" => 1,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        "Ti" => 1 << 40,
+        "k" | "K" | "KB" => 1_000,
+        "M" | "MB" => 1_000_000,
+        "G" | "GB" => 1_000_000_000,
+        "T" | "TB" => 1_000_000_000_000,
+        _ => return Err(error()),
+    };
+    number.checked_mul(multiplier).ok_or_else(error)
+}
+
+/// Versioned kinds.
+macro_rules! kvm_version {
+    ($module:ident, $version:literal) => {
+        #[doc = concat!("`infrastructure.cluster.x-k8s.io/", $version, "` KVM kinds.")]
+        #[allow(clippy::upper_case_acronyms)]
+        pub mod $module {
+            use super::*;
+
+            resource!(
+                /// The KVM side of a Cluster: its hypervisors and control-plane endpoint.
+                KVMCluster, KvmClusterSpec, KvmClusterStatus, "infrastructure.cluster.x-k8s.io", $version, "kvmclusters", Namespaced
+            );
+            resource!(
+                /// The KVM side of a Machine: one libvirt domain.
+                KVMMachine, KvmMachineSpec, KvmMachineStatus, "infrastructure.cluster.x-k8s.io", $version, "kvmmachines", Namespaced
+            );
+            resource!(
+                /// Template of KVMMachines.
+                KVMMachineTemplate, KvmMachineTemplateSpec, serde_json::Value, "infrastructure.cluster.x-k8s.io", $version, "kvmmachinetemplates", Namespaced
+            );
+        }
+    };
+}
+
+kvm_version!(v1alpha4, "v1alpha4");
+kvm_version!(v1beta2, "v1beta2");
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn quantities() {
+        assert_eq!(quantity_bytes("1Gi"), Ok(1 << 30));
+        assert_eq!(quantity_bytes("512Mi"), Ok(512 << 20));
+        assert_eq!(quantity_bytes("8GB"), Ok(8_000_000_000));
+        assert_eq!(quantity_bytes("1024"), Ok(1024));
+        for bad in ["", "Gi", "1.5Gi", "1Xi", "-1", "99999999999999999999Ti"] {
+            assert!(quantity_bytes(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_design_example_reads_in_both_versions() {
+        let text = r#"{"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha4", "kind": "KVMMachineTemplate",
+            "metadata": {"name": "example-worker"},
+            "spec": {"template": {"spec": {"resources": {"cpu": 1, "memory": "1Gi", "disk": "20Gi", "dockerVolumeSize": "5Gi"}}}}}"#;
+        let old: v1alpha4::KVMMachineTemplate = serde_json::from_str(text).unwrap();
+        let resources = &old.spec.template.spec.resources;
+        assert_eq!(resources.cpu, Some(1));
+        assert_eq!(resources.docker_volume_size.as_deref(), Some("5Gi"));
+        let new: v1beta2::KVMMachineTemplate = serde_json::from_str(text).unwrap();
+        assert_eq!(new.spec.template.spec.resources, *resources);
+    }
+}
