@@ -7,7 +7,9 @@
 
 use capstan_agent::http::{Url, request};
 use capstan_fuzz::ScriptedPeer;
-use capstan_model::agent::{Heartbeat, HeartbeatResponse, ImageChecksum, StepReport, parse_kernel_cmdline};
+use capstan_model::agent::{
+    ChecksumType, Heartbeat, HeartbeatResponse, StepReport, parse_kernel_cmdline,
+};
 use libfuzzer_sys::fuzz_target;
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -23,7 +25,7 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(text) = std::str::from_utf8(data) {
         let _ = parse_kernel_cmdline(text);
         let (value, checksum) = text.split_once(' ').unwrap_or((text, ""));
-        let _ = ImageChecksum::parse(value, checksum);
+        let _ = ChecksumType::parse(value, checksum);
         let _ = Url::parse(text);
     }
 

@@ -8,8 +8,10 @@
 #     and refuse what kubeadm would refuse here (wrong kinds, missing endpoint, token or CA hashes);
 #   - check that the certificates cloud-init wrote are where kubeadm reads them, keys 0600;
 #   - register this node in the workload cluster's API (a capstan API server in the tests):
-#       init: with a node client certificate it signs with /etc/kubernetes/pki/ca.key, and uploads
-#             kube-system/kubeadm-config and kube-public/cluster-info as kubeadm init does;
+#       init: as kubernetes-admin (system:masters), with a client certificate it signs with
+#             /etc/kubernetes/pki/ca.key as kubeadm's admin.conf; uploads kube-system/kubeadm-config
+#             and kube-public/cluster-info and sets up the bootstrap RBAC as kubeadm init does (plus
+#             one stand-in rule: bootstrappers may register Nodes, see bootstrap_rbac);
 #       join: with the bootstrap token, after checking the cluster CA against caCertHashes;
 #   - print each step as `capstan-kubeadm-standin: ...` (the serial console and
 #     /var/log/cloud-init-output.log show them) and exit non-zero on the first failure.
@@ -131,17 +133,23 @@ class Api:
             say(f"created {what}")
 
 
-def node_credentials(name, workdir):
-    """A client certificate for system:node:NAME signed by the cluster CA (what kubelet gets)."""
+def admin_credentials(workdir):
+    """A client certificate for kubernetes-admin in system:masters signed by the cluster CA: the
+    identity of the admin.conf kubeadm init writes and uses for its own uploads."""
+    return client_credentials("/O=system:masters/CN=kubernetes-admin", "admin", workdir)
+
+
+def client_credentials(subject, name, workdir):
+    """A client certificate with `subject` signed by the cluster CA the bootstrap data wrote."""
     key, csr, crt, ext = (os.path.join(workdir, f)
-                          for f in ("node.key", "node.csr", "node.crt", "node.ext"))
+                          for f in (f"{name}.key", f"{name}.csr", f"{name}.crt", f"{name}.ext"))
     # An X.509 v3 client certificate, as kubeadm issues: TLS stacks refuse v1 certificates.
     with open(ext, "w") as f:
         f.write("basicConstraints=critical,CA:FALSE\n"
                 "keyUsage=critical,digitalSignature,keyEncipherment\n"
                 "extendedKeyUsage=clientAuth\n")
     subprocess.run(["openssl", "req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", key,
-                    "-out", csr, "-subj", f"/O=system:nodes/CN=system:node:{name}"],
+                    "-out", csr, "-subj", subject],
                    check=True, capture_output=True)
     subprocess.run(["openssl", "x509", "-req", "-in", csr, "-CA", f"{PKI}/ca.crt",
                     "-CAkey", f"{PKI}/ca.key", "-CAcreateserial", "-out", crt, "-days", "1",
@@ -168,7 +176,7 @@ def init(config_path):
                      f"{PKI}/front-proxy-ca.crt", f"{PKI}/front-proxy-ca.key", f"{PKI}/sa.pub", f"{PKI}/sa.key"])
     node = node_object(init_config.get("nodeRegistration") or {})
     with tempfile.TemporaryDirectory() as workdir:
-        crt, key = node_credentials(node["metadata"]["name"], workdir)
+        crt, key = admin_credentials(workdir)
         context = ssl.create_default_context(cafile=f"{PKI}/ca.crt")
         context.check_hostname = False
         context.load_cert_chain(crt, key)
@@ -187,8 +195,49 @@ def init(config_path):
         api.create("/api/v1/namespaces/kube-system/configmaps", {
             "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kubeadm-config"},
             "data": {"ClusterConfiguration": yaml.safe_dump(cluster)}}, "kube-system/kubeadm-config")
+        bootstrap_rbac(api)
+        # The real kubelet registers its Node with its own credentials; the stand-in uses admin's.
         api.create("/api/v1/nodes", node, f"node {node['metadata']['name']}")
     say("init: done")
+
+
+def bootstrap_rbac(api):
+    """The RBAC kubeadm init sets up for joining nodes: bootstrap tokens may act as node
+    bootstrappers and read kube-public/cluster-info (kubeadm grants that to system:anonymous;
+    capstan's API serves no anonymous requests, so the tokens' group gets it). One stand-in rule
+    more: bootstrappers may register Nodes themselves, in place of the kubelet's certificate
+    request, which kube-controller-manager would sign and approve (none runs here)."""
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
+    bootstrappers = [{"kind": "Group", "apiGroup": "rbac.authorization.k8s.io",
+                      "name": "system:bootstrappers"}]
+    api.create(f"{rbac}/clusterrolebindings", {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "kubeadm:kubelet-bootstrap"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "system:node-bootstrapper"},
+        "subjects": bootstrappers}, "clusterrolebinding kubeadm:kubelet-bootstrap")
+    api.create(f"{rbac}/namespaces/kube-public/roles", {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "kubeadm:bootstrap-signer-clusterinfo", "namespace": "kube-public"},
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["cluster-info"],
+                   "verbs": ["get"]}]}, "role kube-public/kubeadm:bootstrap-signer-clusterinfo")
+    api.create(f"{rbac}/namespaces/kube-public/rolebindings", {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "kubeadm:bootstrap-signer-clusterinfo", "namespace": "kube-public"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                    "name": "kubeadm:bootstrap-signer-clusterinfo"},
+        "subjects": bootstrappers}, "rolebinding kube-public/kubeadm:bootstrap-signer-clusterinfo")
+    api.create(f"{rbac}/clusterroles", {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "capstan-standin:node-registration"},
+        "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["create", "get"]}]},
+        "clusterrole capstan-standin:node-registration")
+    api.create(f"{rbac}/clusterrolebindings", {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "capstan-standin:node-registration"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "capstan-standin:node-registration"},
+        "subjects": bootstrappers}, "clusterrolebinding capstan-standin:node-registration")
 
 
 def join(config_path):
