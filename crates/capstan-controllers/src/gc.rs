@@ -2,45 +2,54 @@
 //! kube-controller-manager, so standalone controllers leave this off).
 //!
 //! It has to see every kind, including CRDs applied at runtime, so it works untyped
-//! (`Api<DynamicObject>` over discovery) and level-triggered: a **sweep** lists every object of every
-//! listable kind, builds the owner graph from `ownerReferences` (by uid) and acts on what it sees:
+//! (`Api<DynamicObject>` over discovery) and is driven by watches: one watch per listable kind feeds
+//! an **owner graph** kept in memory — for each object that has owners, or is named as an owner, or
+//! is being deleted with a collector finalizer: its identity, ownerReferences and finalizers, and the
+//! uids of its dependents (the owner index). Objects that own nothing and are owned by nothing are
+//! not kept, so memory follows the owner graph, not the collections, and nothing is ever listed
+//! whole except by a watch's own (paged) first list.
+//!
+//! Watch events put objects on a work queue; each item is one object, acted on as:
 //!
 //! - an owner being deleted with the `orphan` finalizer: its dependents lose their reference to it,
 //!   then the finalizer is removed;
 //! - an owner being deleted with the `foregroundDeletion` finalizer: its dependents are deleted
 //!   (foreground too, so whole trees go bottom-up); once none that block it (`blockOwnerDeletion`)
 //!   remain, the finalizer is removed;
-//! - an object none of whose owners exist any more is deleted in the background; one with some
+//! - a dependent none of whose owners exist any more is deleted in the background; one with some
 //!   owners gone keeps the rest and drops the dangling references.
 //!
-//! An owner is missing only if a live read by name (in the dependent's namespace) says so or returns
-//! another uid — never because a list happened to miss it. Every write carries a precondition (the
-//! dependent's uid, or a JSON-patch test of the exact value being replaced), so a sweep working from
-//! a stale picture fails harmlessly instead of clobbering. A failed write is retried by the next
-//! sweep.
+//! What queues an item: a dependent that appears or whose owners change, an owner that goes (its
+//! dependents), an owner entering deletion with a collector finalizer, a dependent of such an owner
+//! that goes or lets go of it. An owner is missing only if a live read by name (in the dependent's
+//! namespace) says so or returns another uid — never because the graph lacks it. Every write
+//! carries a precondition (the dependent's uid, or a JSON-patch test of the exact value being
+//! replaced), so an item acted on from a stale graph fails harmlessly instead of clobbering. Failed
+//! items are retried with a per-object backoff. A watch that has to list again (its resourceVersion
+//! expired) drops from the graph what the new list no longer has, as if it had seen the deletion.
 //!
-//! Sweeps run every `interval`, and as soon as a watch on any kind reports a deletion or an object
-//! entering deletion (watches are started for every kind a sweep discovers). Bursts coalesce into
-//! one sweep.
+//! The served kinds are discovered again every `interval` (a CRD added or removed); discovery reads
+//! no objects.
 
 use capstan_runtime::controller::ErrorChain;
 use capstan_runtime::metrics::ReconcileResult;
 use capstan_runtime::{RuntimeError, Task, TaskEnv};
 use futures::StreamExt;
 use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::Client;
 use kube::api::{
-    Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, Preconditions,
-    PropagationPolicy,
+    Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions, PropagationPolicy,
 };
 use kube::discovery::{ApiCapabilities, ApiResource, Discovery, Scope, verbs};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, ResourceExt};
 use serde_json::json;
-use std::collections::{BTreeMap, HashMap};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::Notify;
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 /// Name of the garbage collector (metrics, logs).
@@ -49,16 +58,21 @@ pub const GC_CONTROLLER: &str = "garbage-collector";
 pub const ORPHAN_FINALIZER: &str = "orphan";
 /// Finalizer asking for dependents to be deleted first.
 pub const FOREGROUND_FINALIZER: &str = "foregroundDeletion";
-/// How often a full sweep runs unless configured otherwise.
-pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(30);
+/// How often the served kinds are discovered again unless configured otherwise.
+pub const DEFAULT_DISCOVERY_INTERVAL: Duration = Duration::from_secs(30);
+/// Items acted on at once (each is a few requests; deletes wait for a commit).
+const CONCURRENCY: usize = 16;
+/// First retry delay of a failed item; doubled per failure up to [`RETRY_MAX`].
+const RETRY_INITIAL: Duration = Duration::from_secs(1);
+const RETRY_MAX: Duration = Duration::from_secs(60);
+/// How long the first lists of every kind may take before items are acted on anyway.
+const INITIAL_SYNC_WAIT: Duration = Duration::from_secs(60);
 
-/// Why a sweep (or one of its steps) failed.
+/// Why an item (or one of its steps) failed.
 #[derive(Debug, thiserror::Error)]
 pub enum GcError {
     #[error("discovering the served kinds")]
     Discovery(#[source] kube::Error),
-    #[error("listing {kind}")]
-    List { kind: String, source: kube::Error },
     #[error("reading owner {kind} {name}")]
     ReadOwner {
         kind: String,
@@ -72,12 +86,10 @@ pub enum GcError {
         name: String,
         source: kube::Error,
     },
-    #[error("{failed} of the sweep's steps failed")]
-    Incomplete { failed: usize },
 }
 
-/// A listable, deletable kind.
-#[derive(Clone, Debug)]
+/// A listable, watchable, deletable kind.
+#[derive(Debug)]
 struct Kind {
     resource: ApiResource,
     scope: Scope,
@@ -94,15 +106,18 @@ impl Kind {
     }
 }
 
+/// A kind by (group, plural).
+type KindKey = (String, String);
+
 /// Every served kind the collector manages, by (group, plural), and by (group, kind) to resolve
 /// owner references.
 #[derive(Debug, Default)]
 struct Kinds {
-    by_resource: BTreeMap<(String, String), Kind>,
-    by_kind: HashMap<(String, String), Kind>,
+    by_resource: BTreeMap<KindKey, Arc<Kind>>,
+    by_kind: HashMap<(String, String), Arc<Kind>>,
 }
 
-/// Kinds never swept: Events are not owners and churn constantly (and both Event groups are one
+/// Kinds never watched: Events are not owners and churn constantly (and both Event groups are one
 /// stored resource).
 fn skipped(resource: &ApiResource) -> bool {
     resource.plural == "events" && matches!(resource.group.as_str(), "" | "events.k8s.io")
@@ -119,10 +134,10 @@ async fn discover(client: &Client) -> Result<Kinds, GcError> {
             if skipped(&resource) || !supports(&caps) {
                 continue;
             }
-            let kind = Kind {
+            let kind = Arc::new(Kind {
                 scope: caps.scope.clone(),
                 resource: resource.clone(),
-            };
+            });
             kinds.by_kind.insert(
                 (resource.group.clone(), resource.kind.clone()),
                 kind.clone(),
@@ -141,80 +156,71 @@ fn supports(caps: &ApiCapabilities) -> bool {
         .all(|v| caps.supports_operation(v))
 }
 
-/// One object as the sweep saw it: its metadata only (see [`lean`]).
-#[derive(Clone, Debug)]
-struct Node {
-    kind: Arc<Kind>,
-    object: DynamicObject,
+/// What the collector reads of an object: identity, owners, finalizers, deletion.
+#[derive(Clone, Debug, PartialEq)]
+struct Lean {
+    uid: String,
+    namespace: Option<String>,
+    name: String,
+    owners: Vec<OwnerReference>,
+    finalizers: Vec<String>,
+    deleting: bool,
 }
 
-/// Objects read per list request of a sweep: memory follows the page, not the collection.
-const LIST_PAGE: u32 = 500;
-
-/// Whether a sweep has anything to do with `object` itself: it has owners, or it is an owner being
-/// deleted with `orphan` or `foregroundDeletion`. Other objects matter only as owners, and those are
-/// read by name when a dependent names them (once per sweep).
-fn relevant(object: &DynamicObject) -> bool {
-    !object.owner_references().is_empty()
-        || (object.metadata.deletion_timestamp.is_some()
-            && object
-                .finalizers()
-                .iter()
-                .any(|f| f == ORPHAN_FINALIZER || f == FOREGROUND_FINALIZER))
-}
-
-/// `object` reduced to what the collector reads: identity, owners, finalizers, deletion.
-fn lean(object: DynamicObject) -> DynamicObject {
-    let metadata = object.metadata;
-    DynamicObject {
-        types: object.types,
-        metadata: kube::api::ObjectMeta {
-            name: metadata.name,
+impl Lean {
+    fn of(object: DynamicObject) -> Option<Self> {
+        let metadata = object.metadata;
+        Some(Self {
+            uid: metadata.uid?,
             namespace: metadata.namespace,
-            uid: metadata.uid,
-            owner_references: metadata.owner_references,
-            finalizers: metadata.finalizers,
-            deletion_timestamp: metadata.deletion_timestamp,
-            ..kube::api::ObjectMeta::default()
-        },
-        data: serde_json::Value::Null,
-    }
-}
-
-impl Node {
-    fn uid(&self) -> &str {
-        self.object.metadata.uid.as_deref().unwrap_or_default()
-    }
-
-    fn name(&self) -> String {
-        self.object.name_any()
-    }
-
-    fn namespace(&self) -> Option<&str> {
-        self.object.metadata.namespace.as_deref()
-    }
-
-    fn label(&self) -> String {
-        match self.namespace() {
-            Some(ns) => format!("{ns}/{}", self.name()),
-            None => self.name(),
-        }
-    }
-
-    fn is_deleting(&self) -> bool {
-        self.object.metadata.deletion_timestamp.is_some()
+            name: metadata.name.unwrap_or_default(),
+            owners: metadata.owner_references.unwrap_or_default(),
+            finalizers: metadata.finalizers.unwrap_or_default(),
+            deleting: metadata.deletion_timestamp.is_some(),
+        })
     }
 
     fn has_finalizer(&self, finalizer: &str) -> bool {
-        self.object.finalizers().iter().any(|f| f == finalizer)
+        self.finalizers.iter().any(|f| f == finalizer)
     }
 
-    fn owners(&self) -> &[OwnerReference] {
-        self.object.owner_references()
+    /// Being deleted and waiting for the collector (orphaning or foreground).
+    fn awaits_collector(&self) -> bool {
+        self.deleting
+            && (self.has_finalizer(ORPHAN_FINALIZER) || self.has_finalizer(FOREGROUND_FINALIZER))
+    }
+
+    fn state(&self) -> OwnerState {
+        if self.deleting && self.has_finalizer(FOREGROUND_FINALIZER) {
+            OwnerState::WaitingForDependents
+        } else if self.deleting && self.has_finalizer(ORPHAN_FINALIZER) {
+            OwnerState::Orphaning
+        } else {
+            OwnerState::Present
+        }
+    }
+}
+
+/// An object as last seen, with its kind.
+#[derive(Clone, Debug)]
+struct Seen {
+    kind: Arc<Kind>,
+    object: Lean,
+    /// The list generation of its kind's watch it was last seen in (a new list drops what it
+    /// misses).
+    epoch: u64,
+}
+
+impl Seen {
+    fn label(&self) -> String {
+        match &self.object.namespace {
+            Some(ns) => format!("{ns}/{}", self.object.name),
+            None => self.object.name.clone(),
+        }
     }
 
     fn api(&self, client: &Client) -> Api<DynamicObject> {
-        self.kind.api(client, self.namespace())
+        self.kind.api(client, self.object.namespace.as_deref())
     }
 
     fn write_error(&self, verb: &'static str) -> impl FnOnce(kube::Error) -> GcError {
@@ -227,18 +233,228 @@ impl Node {
             source,
         }
     }
+
+    /// Whether this is the object `reference` (of a dependent in `namespace`) names.
+    fn is_referenced_by(&self, reference: &OwnerReference, namespace: Option<&str>) -> bool {
+        self.kind.resource.kind == reference.kind
+            && self.kind.resource.group == capstan_model::meta::group_of(&reference.api_version)
+            && self.object.name == reference.name
+            && match self.kind.scope {
+                Scope::Cluster => self.object.namespace.is_none(),
+                Scope::Namespaced => self.object.namespace.as_deref() == namespace,
+            }
+    }
 }
 
-fn is_status(err: &kube::Error, check: fn(&kube::core::Status) -> bool) -> bool {
-    matches!(err, kube::Error::Api(status) if check(status))
+/// One object of the owner graph.
+#[derive(Debug, Default)]
+struct Node {
+    /// The object, once a watch (or a live read of it as an owner) has seen it; `None` for an owner
+    /// known only from its dependents' references.
+    seen: Option<Seen>,
+    /// The uids of the objects that name this one as an owner.
+    dependents: HashSet<String>,
 }
 
-/// Failures a sweep can ignore: the object changed or went away since it was listed; the next
-/// sweep sees the new state.
-fn is_stale(err: &kube::Error) -> bool {
-    is_status(err, kube::core::Status::is_not_found)
-        || is_status(err, kube::core::Status::is_conflict)
-        || is_status(err, kube::core::Status::is_invalid)
+/// The owner graph: objects with owners, objects named as owners, and owners awaiting the
+/// collector — by uid.
+#[derive(Debug, Default)]
+struct Graph {
+    nodes: HashMap<String, Node>,
+}
+
+impl Graph {
+    /// Records `object` of `kind` as a watch saw it; returns the uids whose items it queues.
+    fn apply(&mut self, kind: &Arc<Kind>, object: Lean, epoch: u64) -> Vec<String> {
+        let uid = object.uid.clone();
+        let known = self.nodes.contains_key(&uid);
+        if !known && object.owners.is_empty() && !object.awaits_collector() {
+            // Neither owned nor (yet) named as an owner: nothing to keep.
+            return Vec::new();
+        }
+        let old = self
+            .nodes
+            .get(&uid)
+            .and_then(|n| n.seen.as_ref())
+            .map(|s| s.object.clone());
+        let mut wake = Vec::new();
+        let old_owners: Vec<String> = old
+            .iter()
+            .flat_map(|o| o.owners.iter().map(|r| r.uid.clone()))
+            .collect();
+        let new_owners: Vec<String> = object.owners.iter().map(|r| r.uid.clone()).collect();
+        for gone in old_owners.iter().filter(|u| !new_owners.contains(u)) {
+            if let Some(owner) = self.nodes.get_mut(gone) {
+                owner.dependents.remove(&uid);
+                // An owner orphaning or deleting in the foreground waits for this.
+                if owner
+                    .seen
+                    .as_ref()
+                    .is_some_and(|s| s.object.awaits_collector())
+                {
+                    wake.push(gone.clone());
+                }
+            }
+            self.prune(gone);
+        }
+        for added in new_owners.iter().filter(|u| !old_owners.contains(u)) {
+            self.nodes
+                .entry(added.clone())
+                .or_default()
+                .dependents
+                .insert(uid.clone());
+        }
+        let owners_changed = old.as_ref().is_none_or(|o| o.owners != object.owners);
+        let deletion_changed = old
+            .as_ref()
+            .is_none_or(|o| o.deleting != object.deleting || o.finalizers != object.finalizers);
+        if !object.owners.is_empty() && !object.deleting && owners_changed {
+            wake.push(uid.clone());
+        }
+        if object.awaits_collector() && deletion_changed {
+            wake.push(uid.clone());
+        }
+        if deletion_changed && object.deleting {
+            // A dependent of a foreground deletion entered deletion: its owner looks again.
+            for owner in &new_owners {
+                if self
+                    .nodes
+                    .get(owner)
+                    .and_then(|n| n.seen.as_ref())
+                    .is_some_and(|s| s.object.awaits_collector())
+                {
+                    wake.push(owner.clone());
+                }
+            }
+        }
+        self.nodes.entry(uid.clone()).or_default().seen = Some(Seen {
+            kind: kind.clone(),
+            object,
+            epoch,
+        });
+        self.prune(&uid);
+        wake
+    }
+
+    /// Records that the object `uid` is gone; returns the uids whose items it queues.
+    fn remove(&mut self, uid: &str) -> Vec<String> {
+        let Some(node) = self.nodes.remove(uid) else {
+            return Vec::new();
+        };
+        let mut wake: Vec<String> = node.dependents.iter().cloned().collect();
+        if let Some(seen) = &node.seen {
+            for reference in &seen.object.owners {
+                if let Some(owner) = self.nodes.get_mut(&reference.uid) {
+                    owner.dependents.remove(uid);
+                    if owner
+                        .seen
+                        .as_ref()
+                        .is_some_and(|s| s.object.awaits_collector())
+                    {
+                        wake.push(reference.uid.clone());
+                    }
+                }
+                self.prune(&reference.uid);
+            }
+        }
+        if !node.dependents.is_empty() {
+            // The dependents still name it: kept as an owner known only by reference, so that their
+            // items read it live (and find it gone).
+            self.nodes.insert(
+                uid.to_owned(),
+                Node {
+                    seen: None,
+                    dependents: node.dependents,
+                },
+            );
+        }
+        wake
+    }
+
+    /// Drops `uid` when nothing about it matters any more.
+    fn prune(&mut self, uid: &str) {
+        let keep = self.nodes.get(uid).is_some_and(|n| {
+            !n.dependents.is_empty()
+                || n.seen
+                    .as_ref()
+                    .is_some_and(|s| !s.object.owners.is_empty() || s.object.awaits_collector())
+        });
+        if !keep {
+            self.nodes.remove(uid);
+        }
+    }
+
+    /// The objects of `kind` last seen in a list generation before `epoch`.
+    fn missed(&self, kind: &KindKey, epoch: u64) -> Vec<String> {
+        self.nodes
+            .iter()
+            .filter(|(_, n)| {
+                n.seen.as_ref().is_some_and(|s| {
+                    s.epoch < epoch
+                        && s.kind.resource.group == kind.0
+                        && s.kind.resource.plural == kind.1
+                })
+            })
+            .map(|(uid, _)| uid.clone())
+            .collect()
+    }
+
+    /// The state of the owner `reference` of a dependent in `namespace`, when the graph knows it.
+    fn known_state(
+        &self,
+        reference: &OwnerReference,
+        namespace: Option<&str>,
+    ) -> Option<OwnerState> {
+        self.nodes
+            .get(&reference.uid)?
+            .seen
+            .as_ref()
+            .filter(|s| s.is_referenced_by(reference, namespace))
+            .map(|s| s.object.state())
+    }
+
+    /// What acting on `uid` takes, from the graph as it is now.
+    fn plan(&self, uid: &str) -> Option<Plan> {
+        let node = self.nodes.get(uid)?;
+        let seen = node.seen.clone()?;
+        if seen.object.awaits_collector() {
+            let dependents = node
+                .dependents
+                .iter()
+                .filter_map(|d| self.nodes.get(d)?.seen.clone())
+                .map(|dependent| {
+                    let states = self.owner_states(&dependent);
+                    (dependent, states)
+                })
+                .collect();
+            return Some(Plan::Owner {
+                owner: seen,
+                dependents,
+            });
+        }
+        if seen.object.owners.is_empty() || seen.object.deleting {
+            return None;
+        }
+        let owners = self.owner_states(&seen);
+        Some(Plan::Dependent {
+            dependent: seen,
+            owners,
+        })
+    }
+
+    fn owner_states(&self, dependent: &Seen) -> OwnerStates {
+        dependent
+            .object
+            .owners
+            .iter()
+            .map(|r| {
+                (
+                    r.clone(),
+                    self.known_state(r, dependent.object.namespace.as_deref()),
+                )
+            })
+            .collect()
+    }
 }
 
 /// What became of an owner reference.
@@ -254,30 +470,69 @@ enum OwnerState {
     Absent,
 }
 
-/// An owner reference resolved: uid, namespace (none for cluster-scoped), name.
-type OwnerKey = (String, Option<String>, String);
+/// A dependent's owner references, each with its state when the graph knew it.
+type OwnerStates = Vec<(OwnerReference, Option<OwnerState>)>;
 
-struct Sweep<'a> {
-    client: &'a Client,
-    kinds: &'a Kinds,
-    nodes: HashMap<String, Node>,
-    /// Owners read by name during this sweep, by (uid, namespace, name): each is read once.
-    read_owners: std::sync::Mutex<HashMap<OwnerKey, OwnerState>>,
+/// One item's work, with what the graph knew when it was planned (`None`: read the owner live).
+#[derive(Debug)]
+enum Plan {
+    /// An object with owners, not being deleted.
+    Dependent {
+        dependent: Seen,
+        owners: OwnerStates,
+    },
+    /// An owner being deleted with `orphan` or `foregroundDeletion`, with its dependents.
+    Owner {
+        owner: Seen,
+        dependents: Vec<(Seen, OwnerStates)>,
+    },
+}
+
+/// What acting on an item found out.
+#[derive(Debug, Default)]
+struct Outcome {
+    /// Owners read live that exist, to record in the graph (no need to read them again).
+    learned: Vec<(Arc<Kind>, Lean)>,
     failed: usize,
 }
 
-impl Sweep<'_> {
+impl Outcome {
     fn fail(&mut self, err: &GcError) {
-        tracing::warn!(controller = GC_CONTROLLER, error = %ErrorChain(err), "sweep step failed");
+        tracing::warn!(controller = GC_CONTROLLER, error = %ErrorChain(err), "collecting failed");
         self.failed += 1;
     }
+}
 
-    /// The state of the owner `reference` of `dependent`.
+fn is_status(err: &kube::Error, check: fn(&kube::core::Status) -> bool) -> bool {
+    matches!(err, kube::Error::Api(status) if check(status))
+}
+
+/// Failures an item can ignore: the object changed or went away since it was seen; its watch
+/// event brings the next look.
+fn is_stale(err: &kube::Error) -> bool {
+    is_status(err, kube::core::Status::is_not_found)
+        || is_status(err, kube::core::Status::is_conflict)
+        || is_status(err, kube::core::Status::is_invalid)
+}
+
+/// Acts on one planned item.
+struct Work<'a> {
+    client: &'a Client,
+    kinds: &'a Kinds,
+    outcome: Outcome,
+}
+
+impl Work<'_> {
+    /// The state of the owner `reference` of `dependent`: as the graph knew it, else read live.
     async fn owner_state(
-        &self,
-        dependent: &Node,
+        &mut self,
+        dependent: &Seen,
         reference: &OwnerReference,
+        known: Option<OwnerState>,
     ) -> Result<OwnerState, GcError> {
+        if let Some(state) = known {
+            return Ok(state);
+        }
         let group = capstan_model::meta::group_of(&reference.api_version).to_owned();
         let Some(kind) = self.kinds.by_kind.get(&(group, reference.kind.clone())) else {
             // A kind this API does not serve (or cannot list): leave the reference alone.
@@ -286,81 +541,41 @@ impl Sweep<'_> {
         let namespace = match kind.scope {
             Scope::Cluster => None,
             // A namespaced owner of a cluster-scoped object can never resolve.
-            Scope::Namespaced => match dependent.namespace() {
+            Scope::Namespaced => match dependent.object.namespace.as_deref() {
                 Some(ns) => Some(ns),
                 None => return Ok(OwnerState::Absent),
             },
         };
-        let seen = self.nodes.get(&reference.uid).filter(|n| {
-            n.kind.resource.kind == reference.kind
-                && n.namespace() == namespace
-                && n.name() == reference.name
-        });
-        let cache_key = (
-            reference.uid.clone(),
-            namespace.map(str::to_owned),
-            reference.name.clone(),
-        );
-        if seen.is_none()
-            && let Some(state) = self
-                .read_owners
-                .lock()
-                .ok()
-                .and_then(|read| read.get(&cache_key).copied())
-        {
-            return Ok(state);
+        let found = kind
+            .api(self.client, namespace)
+            .get_opt(&reference.name)
+            .await
+            .map_err(|source| GcError::ReadOwner {
+                kind: reference.kind.clone(),
+                name: reference.name.clone(),
+                source,
+            })?;
+        match found.and_then(Lean::of) {
+            Some(owner) if owner.uid == reference.uid => {
+                let state = owner.state();
+                self.outcome.learned.push((kind.clone(), owner));
+                Ok(state)
+            }
+            _ => Ok(OwnerState::Absent),
         }
-        let owner = match seen {
-            Some(node) => node.object.clone(),
-            // Not kept by this sweep: confirm with a live read before believing it gone.
-            None => match kind
-                .api(self.client, namespace)
-                .get_opt(&reference.name)
-                .await
-                .map_err(|source| GcError::ReadOwner {
-                    kind: reference.kind.clone(),
-                    name: reference.name.clone(),
-                    source,
-                })? {
-                Some(owner) if owner.metadata.uid.as_deref() == Some(reference.uid.as_str()) => {
-                    owner
-                }
-                _ => {
-                    if let Ok(mut read) = self.read_owners.lock() {
-                        read.insert(cache_key, OwnerState::Absent);
-                    }
-                    return Ok(OwnerState::Absent);
-                }
-            },
-        };
-        let deleting = owner.metadata.deletion_timestamp.is_some();
-        let finalizers = owner.finalizers();
-        let state = if deleting && finalizers.iter().any(|f| f == FOREGROUND_FINALIZER) {
-            OwnerState::WaitingForDependents
-        } else if deleting && finalizers.iter().any(|f| f == ORPHAN_FINALIZER) {
-            OwnerState::Orphaning
-        } else {
-            OwnerState::Present
-        };
-        if seen.is_none()
-            && let Ok(mut read) = self.read_owners.lock()
-        {
-            read.insert(cache_key, state);
-        }
-        Ok(state)
     }
 
-    /// Replaces `node`'s ownerReferences by `keep`, if they are still what the sweep saw.
-    async fn set_owners(&self, node: &Node, keep: Vec<OwnerReference>) -> Result<(), GcError> {
+    /// Replaces `node`'s ownerReferences by `keep`, if they are still what was seen.
+    async fn set_owners(&self, node: &Seen, keep: Vec<OwnerReference>) -> Result<(), GcError> {
         let patch: json_patch::Patch = serde_json::from_value(json!([
-            {"op": "test", "path": "/metadata/ownerReferences", "value": node.owners()},
+            {"op": "test", "path": "/metadata/ownerReferences", "value": node.object.owners},
             {"op": "replace", "path": "/metadata/ownerReferences", "value": keep},
         ]))
         .map_err(|e| node.write_error("building the owner patch of")(kube::Error::SerdeError(e)))?;
         match node
             .api(self.client)
             .patch(
-                &node.name(),
+                &node.object.name,
                 &PatchParams::default(),
                 &Patch::<()>::Json(patch),
             )
@@ -371,25 +586,29 @@ impl Sweep<'_> {
         }
     }
 
-    /// Deletes `node` (only the object the sweep saw: the uid is a precondition).
-    async fn delete(&self, node: &Node, policy: PropagationPolicy) -> Result<(), GcError> {
+    /// Deletes `node` (only the object that was seen: the uid is a precondition).
+    async fn delete(&self, node: &Seen, policy: PropagationPolicy) -> Result<(), GcError> {
         let params = DeleteParams {
             propagation_policy: Some(policy),
             preconditions: Some(Preconditions {
-                uid: Some(node.uid().to_owned()),
+                uid: Some(node.object.uid.clone()),
                 resource_version: None,
             }),
             ..DeleteParams::default()
         };
-        match node.api(self.client).delete(&node.name(), &params).await {
+        match node
+            .api(self.client)
+            .delete(&node.object.name, &params)
+            .await
+        {
             Err(e) if !is_stale(&e) => Err(node.write_error("deleting")(e)),
             _ => Ok(()),
         }
     }
 
-    /// Removes `finalizer` from `node`, if it is still where the sweep saw it.
-    async fn remove_finalizer(&self, node: &Node, finalizer: &str) -> Result<(), GcError> {
-        let Some(index) = node.object.finalizers().iter().position(|f| f == finalizer) else {
+    /// Removes `finalizer` from `node`, if it is still where it was seen.
+    async fn remove_finalizer(&self, node: &Seen, finalizer: &str) -> Result<(), GcError> {
+        let Some(index) = node.object.finalizers.iter().position(|f| f == finalizer) else {
             return Ok(());
         };
         let path = format!("/metadata/finalizers/{index}");
@@ -403,7 +622,7 @@ impl Sweep<'_> {
         match node
             .api(self.client)
             .patch(
-                &node.name(),
+                &node.object.name,
                 &PatchParams::default(),
                 &Patch::<()>::Json(patch),
             )
@@ -414,225 +633,369 @@ impl Sweep<'_> {
         }
     }
 
-    /// The dependents of `owner` in this sweep, with the reference that ties them.
-    fn dependents_of(&self, owner: &Node) -> Vec<(Node, OwnerReference)> {
-        self.nodes
-            .values()
-            .filter_map(|n| {
-                n.owners()
-                    .iter()
-                    .find(|r| r.uid == owner.uid())
-                    .map(|r| (n.clone(), r.clone()))
-            })
-            .collect()
-    }
-
-    /// Owners being deleted with `orphan` or `foregroundDeletion`.
-    async fn finish_owners(&mut self) {
-        let deleting: Vec<Node> = self
-            .nodes
-            .values()
-            .filter(|n| n.is_deleting())
-            .filter(|n| n.has_finalizer(ORPHAN_FINALIZER) || n.has_finalizer(FOREGROUND_FINALIZER))
-            .cloned()
-            .collect();
-        for owner in deleting {
-            let dependents = self.dependents_of(&owner);
-            if owner.has_finalizer(ORPHAN_FINALIZER) {
-                let mut orphaned = true;
-                for (dependent, _) in &dependents {
-                    let keep = dependent
-                        .owners()
-                        .iter()
-                        .filter(|r| r.uid != owner.uid())
-                        .cloned()
-                        .collect();
-                    if let Err(err) = self.set_owners(dependent, keep).await {
-                        self.fail(&err);
-                        orphaned = false;
-                    }
-                }
-                // Orphaning must be complete before the owner may go.
-                if orphaned && let Err(err) = self.remove_finalizer(&owner, ORPHAN_FINALIZER).await
-                {
-                    self.fail(&err);
-                }
-            } else {
-                let mut blocked = false;
-                for (dependent, reference) in &dependents {
-                    let blocks = reference.block_owner_deletion == Some(true);
-                    // A dependent another owner still holds survives: it only lets go of this one.
-                    let mut held_elsewhere = false;
-                    let mut unsure = false;
-                    for other in dependent.owners().iter().filter(|r| r.uid != owner.uid()) {
-                        match self.owner_state(dependent, other).await {
-                            Ok(OwnerState::Present) => held_elsewhere = true,
-                            Ok(_) => {}
-                            Err(err) => {
-                                self.fail(&err);
-                                unsure = true;
-                            }
-                        }
-                    }
-                    if unsure {
-                        blocked |= blocks;
-                        continue;
-                    }
-                    if held_elsewhere {
-                        let keep = dependent
-                            .owners()
-                            .iter()
-                            .filter(|r| r.uid != owner.uid())
-                            .cloned()
-                            .collect();
-                        if let Err(err) = self.set_owners(dependent, keep).await {
-                            self.fail(&err);
-                            blocked |= blocks;
-                        }
-                        continue;
-                    }
-                    blocked |= blocks;
-                    if !dependent.is_deleting()
-                        && let Err(err) =
-                            self.delete(dependent, PropagationPolicy::Foreground).await
-                    {
-                        self.fail(&err);
-                    }
-                }
-                // Blocking dependents are gone only when a later sweep no longer sees them.
-                if !blocked
-                    && let Err(err) = self.remove_finalizer(&owner, FOREGROUND_FINALIZER).await
-                {
-                    self.fail(&err);
+    /// A dependent: deleted when every owner is gone; dangling references dropped when some
+    /// remain.
+    async fn dependent(&mut self, dependent: &Seen, owners: OwnerStates) {
+        let mut states = Vec::with_capacity(owners.len());
+        for (reference, known) in owners {
+            match self.owner_state(dependent, &reference, known).await {
+                Ok(state) => states.push((reference, state)),
+                Err(err) => {
+                    self.outcome.fail(&err);
+                    return;
                 }
             }
         }
+        let absent = states
+            .iter()
+            .filter(|(_, s)| *s == OwnerState::Absent)
+            .count();
+        if absent == 0 {
+            return;
+        }
+        // Owners in orphaning or foreground deletion are handled with their owner.
+        let solid = states
+            .iter()
+            .any(|(_, s)| matches!(s, OwnerState::Present | OwnerState::Orphaning));
+        let waiting = states
+            .iter()
+            .any(|(_, s)| *s == OwnerState::WaitingForDependents);
+        let result = if solid {
+            let keep = states
+                .into_iter()
+                .filter(|(_, s)| *s != OwnerState::Absent)
+                .map(|(r, _)| r)
+                .collect();
+            self.set_owners(dependent, keep).await
+        } else if waiting {
+            Ok(())
+        } else {
+            tracing::info!(
+                controller = GC_CONTROLLER,
+                kind = %dependent.kind.resource.kind,
+                object = %dependent.label(),
+                "deleting an object whose owners are gone"
+            );
+            self.delete(dependent, PropagationPolicy::Background).await
+        };
+        if let Err(err) = result {
+            self.outcome.fail(&err);
+        }
     }
 
-    /// Objects with owners that are gone.
-    async fn collect_dependents(&mut self) {
-        let dependents: Vec<Node> = self
-            .nodes
-            .values()
-            .filter(|n| !n.owners().is_empty() && !n.is_deleting())
-            .cloned()
-            .collect();
-        for dependent in dependents {
-            let mut states = Vec::with_capacity(dependent.owners().len());
-            let mut unknown = false;
-            for reference in dependent.owners() {
-                match self.owner_state(&dependent, reference).await {
-                    Ok(state) => states.push((reference.clone(), state)),
+    /// An owner being deleted with `orphan` or `foregroundDeletion`.
+    async fn owner(&mut self, owner: &Seen, dependents: Vec<(Seen, OwnerStates)>) {
+        let uid = owner.object.uid.as_str();
+        let without_owner = |dependent: &Seen| -> Vec<OwnerReference> {
+            dependent
+                .object
+                .owners
+                .iter()
+                .filter(|r| r.uid != uid)
+                .cloned()
+                .collect()
+        };
+        if owner.object.has_finalizer(ORPHAN_FINALIZER) {
+            let mut orphaned = true;
+            for (dependent, _) in &dependents {
+                if let Err(err) = self.set_owners(dependent, without_owner(dependent)).await {
+                    self.outcome.fail(&err);
+                    orphaned = false;
+                }
+            }
+            // Orphaning must be complete before the owner may go; the dependents' own watch
+            // events confirm it, so the finalizer goes once none is left in the graph.
+            if orphaned
+                && dependents.is_empty()
+                && let Err(err) = self.remove_finalizer(owner, ORPHAN_FINALIZER).await
+            {
+                self.outcome.fail(&err);
+            }
+            return;
+        }
+        let mut blocked = false;
+        for (dependent, owners) in &dependents {
+            let blocks = owners
+                .iter()
+                .find(|(r, _)| r.uid == uid)
+                .is_some_and(|(r, _)| r.block_owner_deletion == Some(true));
+            // A dependent another owner still holds survives: it only lets go of this one.
+            let mut held_elsewhere = false;
+            let mut unsure = false;
+            for (other, known) in owners.iter().filter(|(r, _)| r.uid != uid) {
+                match self.owner_state(dependent, other, *known).await {
+                    Ok(OwnerState::Present) => held_elsewhere = true,
+                    Ok(_) => {}
                     Err(err) => {
-                        self.fail(&err);
-                        unknown = true;
+                        self.outcome.fail(&err);
+                        unsure = true;
                     }
                 }
             }
-            if unknown {
+            if unsure {
+                blocked |= blocks;
                 continue;
             }
-            // Owners in orphaning or foreground deletion are handled with their owner.
-            let solid = states.iter().any(|(_, s)| *s == OwnerState::Present);
-            let absent = states
-                .iter()
-                .filter(|(_, s)| *s == OwnerState::Absent)
-                .count();
-            let waiting = states
-                .iter()
-                .any(|(_, s)| *s == OwnerState::WaitingForDependents);
-            let result = if absent == 0 {
-                Ok(())
-            } else if solid || states.iter().any(|(_, s)| *s == OwnerState::Orphaning) {
-                let keep = states
-                    .into_iter()
-                    .filter(|(_, s)| *s != OwnerState::Absent)
-                    .map(|(r, _)| r)
-                    .collect();
-                self.set_owners(&dependent, keep).await
-            } else if waiting {
-                Ok(())
-            } else {
-                tracing::info!(
-                    controller = GC_CONTROLLER,
-                    kind = %dependent.kind.resource.kind,
-                    object = %dependent.label(),
-                    "deleting an object whose owners are gone"
-                );
-                self.delete(&dependent, PropagationPolicy::Background).await
-            };
-            if let Err(err) = result {
-                self.fail(&err);
+            if held_elsewhere {
+                if let Err(err) = self.set_owners(dependent, without_owner(dependent)).await {
+                    self.outcome.fail(&err);
+                    blocked |= blocks;
+                }
+                continue;
             }
+            blocked |= blocks;
+            if !dependent.object.deleting
+                && let Err(err) = self.delete(dependent, PropagationPolicy::Foreground).await
+            {
+                self.outcome.fail(&err);
+            }
+        }
+        // Blocking dependents are gone only once their deletions reach the graph.
+        if !blocked && let Err(err) = self.remove_finalizer(owner, FOREGROUND_FINALIZER).await {
+            self.outcome.fail(&err);
         }
     }
 }
 
-/// One full pass. Returns the kinds it saw (to watch) or why it could not look.
-///
-/// Lists are read a page at a time and only objects the sweep acts on are kept, as metadata: an
-/// idle server's memory does not swing with the size of its collections.
-async fn sweep(client: &Client) -> Result<(Kinds, usize), GcError> {
-    let kinds = discover(client).await?;
-    let mut nodes = HashMap::new();
-    let mut failed = 0;
-    for kind in kinds.by_resource.values() {
-        let shared = Arc::new(kind.clone());
-        let api = kind.api(client, None);
-        let mut params = ListParams::default().limit(LIST_PAGE);
-        loop {
-            match api.list(&params).await {
-                Ok(list) => {
-                    for object in list.items {
-                        if !relevant(&object) {
-                            continue;
-                        }
-                        if let Some(uid) = object.metadata.uid.clone() {
-                            nodes.insert(
-                                uid,
-                                Node {
-                                    kind: shared.clone(),
-                                    object: lean(object),
-                                },
-                            );
-                        }
-                    }
-                    match list.metadata.continue_.filter(|token| !token.is_empty()) {
-                        Some(token) => params = params.continue_token(&token),
-                        None => break,
-                    }
-                }
-                Err(source) => {
-                    let err = GcError::List {
-                        kind: kind.resource.kind.clone(),
-                        source,
-                    };
-                    tracing::warn!(controller = GC_CONTROLLER, error = %ErrorChain(&err), "sweep step failed");
-                    failed += 1;
-                    break;
-                }
-            }
-        }
-    }
-    let mut sweep = Sweep {
-        client,
+async fn execute(client: Client, kinds: Arc<Kinds>, plan: Plan) -> Outcome {
+    let mut work = Work {
+        client: &client,
         kinds: &kinds,
-        nodes,
-        read_owners: std::sync::Mutex::new(HashMap::new()),
-        failed,
+        outcome: Outcome::default(),
     };
-    sweep.finish_owners().await;
-    sweep.collect_dependents().await;
-    let failed = sweep.failed;
-    Ok((kinds, failed))
+    match plan {
+        Plan::Dependent { dependent, owners } => work.dependent(&dependent, owners).await,
+        Plan::Owner { owner, dependents } => work.owner(&owner, dependents).await,
+    }
+    work.outcome
 }
 
-/// Whether a watch event should trigger a sweep: something went, or started going.
-fn wakes(event: &watcher::Event<DynamicObject>) -> bool {
-    match event {
-        watcher::Event::Delete(_) => true,
-        watcher::Event::Apply(object) => object.metadata.deletion_timestamp.is_some(),
-        _ => false,
+/// What a kind's watch reports to the collector.
+#[derive(Debug)]
+enum Change {
+    /// A (re)list begins.
+    ListStarted,
+    Applied(Lean),
+    Deleted(String),
+    /// The (re)list is complete.
+    ListDone,
+}
+
+/// Forwards the watch of `kind` to the collector, lean, until `stop` or the channel closes.
+fn spawn_watch(
+    client: &Client,
+    key: KindKey,
+    kind: &Kind,
+    changes: mpsc::Sender<(KindKey, Change)>,
+    stop: capstan_runtime::CancellationToken,
+) -> JoinHandle<()> {
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &kind.resource);
+    tokio::spawn(async move {
+        // The backoff matters beyond politeness: an in-process client whose store is gone fails
+        // without ever yielding, and a watcher without a backoff would then spin on one worker
+        // thread for ever.
+        let stream = watcher::watcher(api, watcher::Config::default())
+            .default_backoff()
+            .take_until(stop.cancelled_owned());
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            let change = match event {
+                Ok(watcher::Event::Init) => Change::ListStarted,
+                Ok(watcher::Event::InitDone) => Change::ListDone,
+                Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => match Lean::of(o) {
+                    Some(lean) => Change::Applied(lean),
+                    None => continue,
+                },
+                Ok(watcher::Event::Delete(o)) => match o.metadata.uid {
+                    Some(uid) => Change::Deleted(uid),
+                    None => continue,
+                },
+                Err(err) => {
+                    tracing::debug!(controller = GC_CONTROLLER, kind = %key.1, error = %ErrorChain(&err), "watch");
+                    continue;
+                }
+            };
+            if changes.send((key.clone(), change)).await.is_err() {
+                break;
+            }
+        }
+    })
+}
+
+/// The collector's state between events.
+struct Collector {
+    kinds: Arc<Kinds>,
+    graph: Graph,
+    /// The list generation of each kind's watch.
+    epochs: HashMap<KindKey, u64>,
+    /// Kinds whose watch has completed a first list.
+    synced: HashSet<KindKey>,
+    /// Whether items are acted on (after every kind's first list, or [`INITIAL_SYNC_WAIT`]).
+    ready: bool,
+    queue: VecDeque<String>,
+    queued: HashSet<String>,
+    in_flight: HashSet<String>,
+    /// Items queued again while in flight: they run once more when done.
+    dirty: HashSet<String>,
+    failures: HashMap<String, u32>,
+    retries: BinaryHeap<Reverse<(Instant, String)>>,
+}
+
+impl Collector {
+    fn new() -> Self {
+        Self {
+            kinds: Arc::new(Kinds::default()),
+            graph: Graph::default(),
+            epochs: HashMap::new(),
+            synced: HashSet::new(),
+            ready: false,
+            queue: VecDeque::new(),
+            queued: HashSet::new(),
+            in_flight: HashSet::new(),
+            dirty: HashSet::new(),
+            failures: HashMap::new(),
+            retries: BinaryHeap::new(),
+        }
+    }
+
+    fn enqueue(&mut self, uids: Vec<String>) {
+        for uid in uids {
+            if self.in_flight.contains(&uid) {
+                self.dirty.insert(uid);
+            } else if self.queued.insert(uid.clone()) {
+                self.queue.push_back(uid);
+            }
+        }
+    }
+
+    fn handle(&mut self, key: KindKey, change: Change) {
+        let Some(kind) = self.kinds.by_resource.get(&key).cloned() else {
+            // A kind no longer served: its watch is being stopped.
+            return;
+        };
+        match change {
+            Change::ListStarted => {
+                *self.epochs.entry(key).or_default() += 1;
+            }
+            Change::Applied(object) => {
+                let epoch = self.epochs.get(&key).copied().unwrap_or_default();
+                let wake = self.graph.apply(&kind, object, epoch);
+                self.enqueue(wake);
+            }
+            Change::Deleted(uid) => {
+                let wake = self.graph.remove(&uid);
+                self.enqueue(wake);
+            }
+            Change::ListDone => {
+                let epoch = self.epochs.get(&key).copied().unwrap_or_default();
+                // What the new list no longer has went while the watch was away.
+                for uid in self.graph.missed(&key, epoch) {
+                    let wake = self.graph.remove(&uid);
+                    self.enqueue(wake);
+                }
+                self.synced.insert(key);
+                if !self.ready
+                    && self
+                        .kinds
+                        .by_resource
+                        .keys()
+                        .all(|k| self.synced.contains(k))
+                {
+                    self.ready = true;
+                }
+            }
+        }
+    }
+
+    /// Replaces the served kinds; returns the kinds to start watching and those to stop.
+    fn set_kinds(&mut self, kinds: Kinds) -> (Vec<KindKey>, Vec<KindKey>) {
+        let added = kinds
+            .by_resource
+            .keys()
+            .filter(|k| !self.kinds.by_resource.contains_key(*k))
+            .cloned()
+            .collect();
+        let removed: Vec<KindKey> = self
+            .kinds
+            .by_resource
+            .keys()
+            .filter(|k| !kinds.by_resource.contains_key(*k))
+            .cloned()
+            .collect();
+        for key in &removed {
+            // A kind no longer served has no objects: its dependents look at their owners again.
+            for uid in self.graph.missed(key, u64::MAX) {
+                let wake = self.graph.remove(&uid);
+                self.enqueue(wake);
+            }
+            self.synced.remove(key);
+            self.epochs.remove(key);
+        }
+        self.kinds = Arc::new(kinds);
+        (added, removed)
+    }
+
+    /// The next item to act on, with its plan.
+    fn next(&mut self) -> Option<(String, Plan)> {
+        while let Some(uid) = self.queue.pop_front() {
+            self.queued.remove(&uid);
+            if let Some(plan) = self.graph.plan(&uid) {
+                self.in_flight.insert(uid.clone());
+                return Some((uid, plan));
+            }
+            self.failures.remove(&uid);
+        }
+        None
+    }
+
+    fn finished(&mut self, uid: String, outcome: &Outcome) {
+        self.in_flight.remove(&uid);
+        for (kind, owner) in &outcome.learned {
+            // Only owners the graph still lacks: a watch's view is never replaced by an older read.
+            let key = (kind.resource.group.clone(), kind.resource.plural.clone());
+            let epoch = self.epochs.get(&key).copied().unwrap_or_default();
+            if self
+                .graph
+                .nodes
+                .get(&owner.uid)
+                .is_some_and(|n| n.seen.is_none())
+                && let Some(node) = self.graph.nodes.get_mut(&owner.uid)
+            {
+                node.seen = Some(Seen {
+                    kind: kind.clone(),
+                    object: owner.clone(),
+                    epoch,
+                });
+            }
+        }
+        if outcome.failed > 0 {
+            let failures = self.failures.entry(uid.clone()).or_default();
+            *failures = failures.saturating_add(1);
+            let delay = RETRY_INITIAL
+                .saturating_mul(1 << (*failures - 1).min(16))
+                .min(RETRY_MAX);
+            self.dirty.remove(&uid);
+            self.retries.push(Reverse((Instant::now() + delay, uid)));
+            return;
+        }
+        self.failures.remove(&uid);
+        if self.dirty.remove(&uid) {
+            self.enqueue(vec![uid]);
+        }
+    }
+
+    /// Queues the retries that are due; returns when the next one is.
+    fn due_retries(&mut self) -> Option<Instant> {
+        let now = Instant::now();
+        while let Some(Reverse((at, _))) = self.retries.peek() {
+            if *at > now {
+                return Some(*at);
+            }
+            if let Some(Reverse((_, uid))) = self.retries.pop() {
+                self.enqueue(vec![uid]);
+            }
+        }
+        None
     }
 }
 
@@ -643,7 +1006,7 @@ pub struct GarbageCollector {
 }
 
 impl GarbageCollector {
-    /// A collector that sweeps every `interval` (and on deletions).
+    /// A collector that discovers the served kinds again every `interval`.
     pub fn new(interval: Duration) -> Self {
         Self { interval }
     }
@@ -660,73 +1023,88 @@ impl Task for GarbageCollector {
 }
 
 async fn run(interval: Duration, env: TaskEnv) -> Result<(), RuntimeError> {
-    let wake = Arc::new(Notify::new());
-    let mut watches: BTreeMap<(String, String), JoinHandle<()>> = BTreeMap::new();
-    let mut tick = tokio::time::interval(interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tracing::info!(controller = GC_CONTROLLER, every = ?interval, "garbage collector started");
+    let (changes, mut received) = mpsc::channel::<(KindKey, Change)>(1024);
+    let mut collector = Collector::new();
+    let mut watches: BTreeMap<KindKey, (JoinHandle<()>, capstan_runtime::CancellationToken)> =
+        BTreeMap::new();
+    let mut discovery = tokio::time::interval(interval);
+    discovery.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let started = Instant::now();
+    let mut running = FuturesUnordered::new();
+    tracing::info!(controller = GC_CONTROLLER, "garbage collector started");
     loop {
+        let next_retry = collector.due_retries();
+        let retry_wait = async {
+            match next_retry {
+                Some(at) => tokio::time::sleep_until(at.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        let sync_wait = async {
+            if collector.ready {
+                std::future::pending().await
+            } else {
+                tokio::time::sleep_until((started + INITIAL_SYNC_WAIT).into()).await;
+            }
+        };
         tokio::select! {
             () = env.shutdown.cancelled() => break,
-            _ = tick.tick() => {}
-            () = wake.notified() => {}
-        }
-        let _running = env.metrics.in_flight(GC_CONTROLLER);
-        let started = Instant::now();
-        let result = match sweep(&env.client).await {
-            Ok((kinds, failed)) => {
-                // Watch what exists now; stop watching what is no longer served.
-                watches.retain(|key, handle| {
-                    let keep = kinds.by_resource.contains_key(key);
-                    if !keep {
-                        handle.abort();
-                    }
-                    keep
-                });
-                for (key, kind) in &kinds.by_resource {
-                    if !watches.contains_key(key) {
-                        let api: Api<DynamicObject> =
-                            Api::all_with(env.client.clone(), &kind.resource);
-                        let wake = wake.clone();
-                        let stop = env.shutdown.clone();
-                        let handle = tokio::spawn(async move {
-                            // The backoff matters beyond politeness: an in-process client whose
-                            // store is gone fails without ever yielding, and a watcher without a
-                            // backoff would then spin on one worker thread for ever.
-                            watcher::watcher(api, watcher::Config::default())
-                                .default_backoff()
-                                .take_until(stop.cancelled_owned())
-                                .for_each(|event| {
-                                    if event.as_ref().is_ok_and(wakes) {
-                                        wake.notify_one();
-                                    }
-                                    futures::future::ready(())
-                                })
-                                .await;
-                        });
-                        watches.insert(key.clone(), handle);
-                    }
-                }
-                if failed == 0 {
-                    Ok(())
+            Some((key, change)) = received.recv() => collector.handle(key, change),
+            Some((uid, outcome, elapsed)) = running.next(), if !running.is_empty() => {
+                let outcome: Outcome = outcome;
+                let result = if outcome.failed == 0 {
+                    ReconcileResult::Success
                 } else {
-                    Err(GcError::Incomplete { failed })
+                    ReconcileResult::Error
+                };
+                env.metrics.record(GC_CONTROLLER, result, elapsed);
+                collector.finished(uid, &outcome);
+            }
+            _ = discovery.tick() => match discover(&env.client).await {
+                Ok(kinds) => {
+                    let (added, removed) = collector.set_kinds(kinds);
+                    for key in removed {
+                        if let Some((handle, stop)) = watches.remove(&key) {
+                            stop.cancel();
+                            handle.abort();
+                        }
+                    }
+                    for key in added {
+                        if let Some(kind) = collector.kinds.by_resource.get(&key) {
+                            let stop = env.shutdown.child_token();
+                            let handle = spawn_watch(&env.client, key.clone(), kind, changes.clone(), stop.clone());
+                            watches.insert(key, (handle, stop));
+                        }
+                    }
+                }
+                Err(err) => {
+                    tracing::warn!(controller = GC_CONTROLLER, error = %ErrorChain(&err), "discovery");
+                }
+            },
+            () = retry_wait => {}
+            () = sync_wait => {
+                if !collector.ready {
+                    tracing::warn!(controller = GC_CONTROLLER, "not every kind listed in time; collecting anyway");
+                    collector.ready = true;
                 }
             }
-            Err(err) => Err(err),
-        };
-        let outcome = match &result {
-            Ok(()) => ReconcileResult::Success,
-            Err(err) => {
-                tracing::warn!(controller = GC_CONTROLLER, error = %ErrorChain(err), "sweep");
-                ReconcileResult::Error
-            }
-        };
-        env.metrics
-            .record(GC_CONTROLLER, outcome, started.elapsed());
+        }
+        while collector.ready && running.len() < CONCURRENCY {
+            let Some((uid, plan)) = collector.next() else {
+                break;
+            };
+            let client = env.client.clone();
+            let kinds = collector.kinds.clone();
+            running.push(async move {
+                let began = Instant::now();
+                let outcome = execute(client, kinds, plan).await;
+                (uid, outcome, began.elapsed())
+            });
+        }
     }
     // Wait for the watches to end so none outlives the API it watches.
-    for handle in watches.into_values() {
+    for (handle, stop) in watches.into_values() {
+        stop.cancel();
         handle.abort();
         let _ = handle.await;
     }
@@ -738,24 +1116,107 @@ async fn run(interval: Duration, env: TaskEnv) -> Result<(), RuntimeError> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn only_deletions_wake_the_collector() {
-        let mut object = DynamicObject::new(
-            "x",
-            &ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
-        );
-        assert!(!wakes(&watcher::Event::Apply(object.clone())));
-        assert!(wakes(&watcher::Event::Delete(object.clone())));
-        object.metadata.deletion_timestamp =
-            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
-            ));
-        assert!(wakes(&watcher::Event::Apply(object)));
-        assert!(!wakes(&watcher::Event::InitDone));
+    fn kind() -> Arc<Kind> {
+        Arc::new(Kind {
+            resource: ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
+            scope: Scope::Namespaced,
+        })
+    }
+
+    fn object(uid: &str, owners: &[&str]) -> Lean {
+        Lean {
+            uid: uid.into(),
+            namespace: Some("ns".into()),
+            name: format!("cm-{uid}"),
+            owners: owners
+                .iter()
+                .map(|o| OwnerReference {
+                    api_version: "v1".into(),
+                    kind: "ConfigMap".into(),
+                    name: format!("cm-{o}"),
+                    uid: (*o).into(),
+                    ..OwnerReference::default()
+                })
+                .collect(),
+            finalizers: Vec::new(),
+            deleting: false,
+        }
     }
 
     #[test]
-    fn events_are_not_swept() {
+    fn the_graph_keeps_only_owners_and_dependents() {
+        let mut graph = Graph::default();
+        let kind = kind();
+        // An object with no owners, named by nobody, is not kept.
+        assert!(graph.apply(&kind, object("a", &[]), 1).is_empty());
+        assert!(graph.nodes.is_empty());
+        // A new dependent is looked at; its owner is known by reference.
+        assert_eq!(graph.apply(&kind, object("b", &["a"]), 1), ["b"]);
+        assert_eq!(graph.nodes.len(), 2);
+        assert!(graph.nodes["a"].seen.is_none());
+        assert_eq!(
+            graph.known_state(&object("b", &["a"]).owners[0], Some("ns")),
+            None
+        );
+        // The owner seen: its state is known without a read.
+        assert!(graph.apply(&kind, object("a", &[]), 1).is_empty());
+        assert_eq!(
+            graph.known_state(&object("b", &["a"]).owners[0], Some("ns")),
+            Some(OwnerState::Present)
+        );
+        // An unchanged dependent is not looked at again.
+        assert!(graph.apply(&kind, object("b", &["a"]), 1).is_empty());
+        // The owner goes: its dependent is looked at, and finds the owner unknown (read live).
+        assert_eq!(graph.remove("a"), ["b"]);
+        assert_eq!(
+            graph.known_state(&object("b", &["a"]).owners[0], Some("ns")),
+            None
+        );
+        assert!(matches!(graph.plan("b"), Some(Plan::Dependent { .. })));
+        // The dependent goes: nothing is left.
+        graph.remove("b");
+        assert!(graph.nodes.is_empty(), "{:?}", graph.nodes);
+    }
+
+    #[test]
+    fn foreground_owners_are_woken_by_their_dependents() {
+        let mut graph = Graph::default();
+        let kind = kind();
+        graph.apply(&kind, object("leaf", &["root"]), 1);
+        let mut root = object("root", &[]);
+        root.deleting = true;
+        root.finalizers = vec![FOREGROUND_FINALIZER.into()];
+        assert_eq!(graph.apply(&kind, root, 1), ["root"]);
+        let Some(Plan::Owner { dependents, .. }) = graph.plan("root") else {
+            panic!("root is an owner awaiting the collector");
+        };
+        assert_eq!(dependents.len(), 1);
+        // The leaf entering deletion, then going, wakes the root each time.
+        let mut leaf = object("leaf", &["root"]);
+        leaf.deleting = true;
+        assert_eq!(graph.apply(&kind, leaf, 1), ["root"]);
+        assert_eq!(graph.remove("leaf"), ["root"]);
+        let Some(Plan::Owner { dependents, .. }) = graph.plan("root") else {
+            panic!("root still awaits the collector");
+        };
+        assert!(dependents.is_empty());
+    }
+
+    #[test]
+    fn a_new_list_drops_what_it_missed() {
+        let mut graph = Graph::default();
+        let kind = kind();
+        graph.apply(&kind, object("a", &[]), 1);
+        graph.apply(&kind, object("b", &["a"]), 1);
+        graph.apply(&kind, object("a", &[]), 1);
+        // Relisted (epoch 2): only b is there any more.
+        graph.apply(&kind, object("b", &["a"]), 2);
+        let key = ("".to_owned(), "configmaps".to_owned());
+        assert_eq!(graph.missed(&key, 2), ["a"]);
+    }
+
+    #[test]
+    fn events_are_not_watched() {
         let event = ApiResource::erase::<k8s_openapi::api::core::v1::Event>(&());
         assert!(skipped(&event));
         let config_map = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());

@@ -34,8 +34,8 @@ use std::time::Duration;
 pub struct ControllerOptions {
     /// Shutdown, metrics, health, identity and leader election.
     pub runtime: RunOptions,
-    /// Run the garbage collector with a full sweep this often (the embedded API has no other);
-    /// `None` against a real cluster.
+    /// Run the garbage collector (the embedded API has no other), discovering the served kinds
+    /// again this often; `None` against a real cluster.
     pub garbage_collection: Option<Duration>,
     /// Run the BareMetalHost controller with these settings (it needs the provisioning server
     /// that shares its agent registry running in the same process).
@@ -72,7 +72,7 @@ impl ControllerOptions {
     pub fn embedded(runtime: RunOptions) -> Self {
         Self {
             runtime,
-            garbage_collection: Some(gc::DEFAULT_SWEEP_INTERVAL),
+            garbage_collection: Some(gc::DEFAULT_DISCOVERY_INTERVAL),
             hosts: None,
             workloads: None,
             etcd: None,

@@ -71,7 +71,7 @@ pub fn unclaimable(host: &BareMetalHost) -> Option<&'static str> {
     None
 }
 
-fn labels(host: &BareMetalHost) -> BTreeMap<String, String> {
+pub(crate) fn labels(host: &BareMetalHost) -> BTreeMap<String, String> {
     host.metadata.labels.clone().unwrap_or_default()
 }
 

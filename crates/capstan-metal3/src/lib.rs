@@ -38,6 +38,8 @@ pub enum Metal3Error {
         name: String,
         source: Box<kube::Error>,
     },
+    #[error("reading BareMetalHosts")]
+    Cache(#[from] capstan_runtime::watches::WatchError),
 }
 
 pub(crate) fn api(

@@ -2,10 +2,12 @@
 //!
 //! `ensure`, one step per pass:
 //!
-//! 1. **Find the host**: the one named by the `metal3.io/BareMetalHost` annotation, or (after a
-//!    restart between claiming and annotating) the one whose `spec.consumerRef` names this machine.
+//! 1. **Find the host**: the one named by the `metal3.io/BareMetalHost` annotation, or the one this
+//!    process claimed for it, or (after a restart between claiming and annotating) the one whose
+//!    `spec.consumerRef` names this machine — from the host cache, each confirmed by a live read.
 //! 2. **Claim** one otherwise: a random `available` host matching `spec.hostSelector` (narrowed to
-//!    the Machine's failure domain when hosts are labelled with it) gets `spec.consumerRef` by a
+//!    the Machine's failure domain when hosts are labelled with it; chosen from the host cache, not
+//!    a list per claim) gets `spec.consumerRef` by a
 //!    merge patch carrying the host's `resourceVersion`. Two machines racing for one host: the
 //!    server accepts one write and refuses the other with a conflict, and the loser selects again
 //!    on its next pass, so no host is ever claimed twice, whatever the concurrency or restarts.
@@ -69,13 +71,19 @@ const NODE_RETRY: Duration = Duration::from_secs(5);
 #[derive(Clone, Default)]
 pub struct Metal3MachineProvider {
     workloads: Option<SharedWorkloadAccess>,
+    /// Hosts this process claimed, by machine (namespace, name): found again on the next pass
+    /// even before the host cache has seen the claim.
+    claims: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<(String, String), String>>>,
 }
 
 impl Metal3MachineProvider {
     /// A provider that sets Node providerIDs through `workloads` (none: Nodes are left alone and the
     /// `NodeProviderID` condition says so).
     pub fn new(workloads: Option<SharedWorkloadAccess>) -> Self {
-        Self { workloads }
+        Self {
+            workloads,
+            claims: std::sync::Arc::default(),
+        }
     }
 }
 
@@ -105,32 +113,57 @@ fn host_key(annotation: &str) -> Option<(&str, &str)> {
 }
 
 impl Metal3MachineProvider {
-    /// The host this machine holds, by annotation or by consumerRef.
+    /// The host this machine holds: the one its annotation names, else the one this process
+    /// claimed for it, else one whose consumerRef names it in the host cache (a claim made before a
+    /// restart, or by an older version). With `live_fallback` (releasing, when no annotation says
+    /// which), a live list settles what the cache may not show yet.
     async fn find_host(
         &self,
-        client: &Client,
+        context: &Context,
         machine: &Metal3Machine,
+        live_fallback: bool,
     ) -> Result<Option<BareMetalHost>, Metal3Error> {
+        let client = context.client();
         let namespace = machine.namespace().unwrap_or_default();
         let name = machine.name_any();
         let hosts: Api<BareMetalHost> = Api::namespaced(client.clone(), &namespace);
-        if let Some((host_namespace, host_name)) = machine
+        let read = |host_name: String| {
+            let (hosts, namespace) = (hosts.clone(), namespace.clone());
+            async move {
+                hosts.get_opt(&host_name).await.map_err(api(
+                    "reading",
+                    "BareMetalHost",
+                    &namespace,
+                    &host_name,
+                ))
+            }
+        };
+        let ours = |host: &BareMetalHost| {
+            host::is_consumer(host.spec.consumer_ref.as_ref(), &namespace, &name)
+        };
+        let annotated = machine
             .annotations()
             .get(ANNOTATION_HOST)
             .and_then(|a| host_key(a))
-            && host_namespace == namespace
-        {
-            let found = hosts.get_opt(host_name).await.map_err(api(
-                "reading",
-                "BareMetalHost",
-                &namespace,
-                host_name,
-            ))?;
-            if let Some(host) = found
-                && host::is_consumer(host.spec.consumer_ref.as_ref(), &namespace, &name)
+            .filter(|(host_namespace, _)| *host_namespace == namespace)
+            .map(|(_, host_name)| host_name.to_owned());
+        let remembered = self.claimed(&namespace, &name);
+        for host_name in annotated.iter().chain(remembered.iter()) {
+            if let Some(host) = read(host_name.clone()).await?
+                && ours(&host)
             {
                 return Ok(Some(host));
             }
+        }
+        let cache = context.cache::<BareMetalHost>().await?;
+        if let Some(cached) = cache.list(&namespace, |h| ours(h)).first()
+            && let Some(host) = read(cached.name_any()).await?
+            && ours(&host)
+        {
+            return Ok(Some(host));
+        }
+        if !live_fallback || annotated.is_some() || remembered.is_some() {
+            return Ok(None);
         }
         let all = hosts.list(&ListParams::default()).await.map_err(api(
             "listing",
@@ -138,10 +171,25 @@ impl Metal3MachineProvider {
             &namespace,
             "",
         ))?;
-        Ok(all
-            .items
-            .into_iter()
-            .find(|h| host::is_consumer(h.spec.consumer_ref.as_ref(), &namespace, &name)))
+        Ok(all.items.into_iter().find(|h| ours(h)))
+    }
+
+    /// The host this process claimed for machine `namespace/name`.
+    fn claimed(&self, namespace: &str, name: &str) -> Option<String> {
+        self.claims
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .cloned()
+    }
+
+    fn remember_claim(&self, namespace: &str, name: &str, host: Option<String>) {
+        let mut claims = self.claims.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (namespace.to_owned(), name.to_owned());
+        match host {
+            Some(host) => claims.insert(key, host),
+            None => claims.remove(&key),
+        };
     }
 
     /// Tries to claim a host; `Ok(None)` with a Waiting when none could be.
@@ -155,20 +203,23 @@ impl Metal3MachineProvider {
         let namespace = machine.namespace().unwrap_or_default();
         let name = machine.name_any();
         let hosts: Api<BareMetalHost> = Api::namespaced(client.clone(), &namespace);
-        let all = hosts
-            .list(&ListParams::default())
-            .await
-            .map_err(api("listing", "BareMetalHost", &namespace, ""))?
-            .items;
         let selector = machine.spec.host_selector.clone().unwrap_or_default();
+        // Candidates come from the host cache: a host it shows free that was claimed meanwhile is
+        // refused by the resourceVersion guard below, and the machine selects again.
+        let cache = context.cache::<BareMetalHost>().await?;
+        let owned = |hosts: Vec<std::sync::Arc<BareMetalHost>>| -> Vec<BareMetalHost> {
+            hosts.iter().map(|h| (**h).clone()).collect()
+        };
+        let matching = owned(cache.list(&namespace, |h| selector.matches(&host::labels(h))));
         let failure_domain = request
             .owner
             .spec
             .failure_domain
             .as_deref()
             .or(machine.spec.failure_domain.as_deref());
-        let candidates = host::candidates(&all, &selector, failure_domain);
+        let candidates = host::candidates(&matching, &selector, failure_domain);
         if candidates.is_empty() {
+            let all = owned(cache.list(&namespace, |_| true));
             let message = host::no_host_message(&all, &selector, &namespace);
             let already_said = capstan_infra::machine::machine_conditions(machine)
                 .iter()
@@ -210,6 +261,7 @@ impl Metal3MachineProvider {
         {
             Ok(host) => {
                 tracing::info!(machine = %name, host = %host_name, namespace = %namespace, "claimed host");
+                self.remember_claim(&namespace, &name, Some(host_name.clone()));
                 context
                     .publish(
                         machine,
@@ -579,7 +631,7 @@ impl InfraMachineProvider for Metal3MachineProvider {
         let client = context.client();
         let namespace = machine.namespace().unwrap_or_default();
         let name = machine.name_any();
-        let host = match self.find_host(client, machine).await? {
+        let host = match self.find_host(context, machine, false).await? {
             Some(host) => host,
             None => match self.claim(request, context).await? {
                 Ok(host) => host,
@@ -675,7 +727,8 @@ impl InfraMachineProvider for Metal3MachineProvider {
         let client = context.client();
         let namespace = machine.namespace().unwrap_or_default();
         let name = machine.name_any();
-        let Some(host) = self.find_host(client, machine).await? else {
+        let Some(host) = self.find_host(context, machine, true).await? else {
+            self.remember_claim(&namespace, &name, None);
             self.delete_secrets(client, &namespace, &name).await?;
             return Ok(Progress::Done(()));
         };

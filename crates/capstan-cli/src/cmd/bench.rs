@@ -67,7 +67,7 @@ struct Figures {
     rss_mib: f64,
     peak_rss_mib: f64,
     restart_to_ready_seconds: f64,
-    /// Highest RSS while idle for a little over one garbage-collector sweep interval.
+    /// Highest RSS while idle for a little over one garbage-collector discovery interval.
     idle_rss_mib: f64,
     /// Peak memory above the resting RSS one request of each kind costs (a list without a
     /// limit, the same list as a Table, a watch without a resourceVersion).
@@ -436,9 +436,10 @@ async fn bench_capstan(args: &Args) -> anyhow::Result<Figures> {
         Ok(())
     })
     .await?;
-    // Idle for a little over one sweep of the garbage collector, sampled every second.
-    let idle_until =
-        Instant::now() + capstan_controllers::gc::DEFAULT_SWEEP_INTERVAL + Duration::from_secs(5);
+    // Idle for a little over one discovery interval of the garbage collector, sampled every second.
+    let idle_until = Instant::now()
+        + capstan_controllers::gc::DEFAULT_DISCOVERY_INTERVAL
+        + Duration::from_secs(5);
     while Instant::now() < idle_until {
         figures.idle_rss_mib = figures.idle_rss_mib.max(rss_mib(pid).0);
         tokio::time::sleep(Duration::from_secs(1)).await;

@@ -12,7 +12,7 @@
 use crate::output::{Exit, outln};
 use anyhow::{Context, bail};
 use futures::{StreamExt, TryStreamExt};
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, PostParams};
 use kube::core::GroupVersionKind;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -40,6 +40,10 @@ pub struct Args {
     /// Print the figures as JSON.
     #[arg(long)]
     json: bool,
+    /// Also print the API requests by verb and resource, and the reconciles by controller, of the
+    /// creation and the deletion phase (the most frequent first).
+    #[arg(long)]
+    breakdown: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -54,6 +58,15 @@ struct Figures {
     server_peak_rss_mib: f64,
     server_rss_mib: f64,
     api_requests: u64,
+    /// API requests from creating the clusters until every Machine was Running.
+    running_api_requests: u64,
+    /// Requests and reconciles of the creation phase by (verb, resource) and controller, the
+    /// most frequent first (with `--breakdown`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    running_breakdown: Vec<(String, u64)>,
+    /// The same for the deletion phase.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    delete_breakdown: Vec<(String, u64)>,
 }
 
 fn api(client: &kube::Client, api_version: &str, kind: &str) -> Api<DynamicObject> {
@@ -197,28 +210,93 @@ async fn create_all(client: &kube::Client, objects: Vec<Value>) -> anyhow::Resul
     Ok(())
 }
 
-/// Polls `check` every 500 ms until it holds, or fails after `timeout` naming `what`.
-async fn until<F, Fut>(what: &str, timeout: Duration, mut check: F) -> anyhow::Result<()>
+/// Follows `api` with a watch until `pending` (given how many objects exist and how many of them
+/// `counts`) answers `None`, printing its progress as it changes; fails after `timeout` naming
+/// `what`. A watch, not a list per poll: the benchmark's own reads stay small beside the work it
+/// measures, whatever the number of objects.
+async fn follow<C, P>(
+    what: &str,
+    api: &Api<DynamicObject>,
+    timeout: Duration,
+    counts: C,
+    pending: P,
+) -> anyhow::Result<()>
 where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<Option<String>>>,
+    C: Fn(&DynamicObject) -> bool,
+    P: Fn(usize, usize) -> Option<String>,
 {
-    let deadline = Instant::now() + timeout;
+    #[derive(Default)]
+    struct Tally {
+        objects: std::collections::HashMap<String, bool>,
+        counted: usize,
+    }
+    impl Tally {
+        fn set(&mut self, name: String, counts: bool) {
+            if self.objects.insert(name, counts) == Some(true) {
+                self.counted -= 1;
+            }
+            if counts {
+                self.counted += 1;
+            }
+        }
+        fn remove(&mut self, name: &str) {
+            if self.objects.remove(name) == Some(true) {
+                self.counted -= 1;
+            }
+        }
+    }
+    let deadline = tokio::time::Instant::now() + timeout;
+    let stream = kube::runtime::watcher(api.clone(), kube::runtime::watcher::Config::default());
+    let mut stream = std::pin::pin!(stream);
+    let mut current = Tally::default();
+    // Filled while a (re)list runs, then replaces `current`.
+    let mut listing: Option<Tally> = None;
     let mut last = String::new();
+    let mut shown = Instant::now();
     loop {
-        match check().await? {
-            None => return Ok(()),
-            Some(progress) => {
-                if progress != last {
-                    eprintln!("  {what}: {progress}");
-                    last = progress;
+        if listing.is_none() {
+            match pending(current.objects.len(), current.counted) {
+                None => return Ok(()),
+                Some(progress) => {
+                    if progress != last && shown.elapsed() >= Duration::from_secs(1) {
+                        eprintln!("  {what}: {progress}");
+                        shown = Instant::now();
+                        last = progress;
+                    }
                 }
             }
         }
-        if Instant::now() > deadline {
-            bail!("{what}: not done within {} s ({last})", timeout.as_secs());
+        let event = match tokio::time::timeout_at(deadline, stream.next()).await {
+            Err(_) => bail!("{what}: not done within {} s ({last})", timeout.as_secs()),
+            Ok(None) => bail!("{what}: the watch ended"),
+            Ok(Some(Err(err))) => {
+                // The watcher lists again after an error; give the server a moment first.
+                eprintln!("  {what}: watch: {err}");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+            Ok(Some(Ok(event))) => event,
+        };
+        use kube::runtime::watcher::Event;
+        match event {
+            Event::Init => listing = Some(Tally::default()),
+            Event::InitApply(o) => {
+                let counted = counts(&o);
+                if let Some(tally) = listing.as_mut() {
+                    tally.set(o.metadata.name.clone().unwrap_or_default(), counted);
+                }
+            }
+            Event::InitDone => {
+                if let Some(tally) = listing.take() {
+                    current = tally;
+                }
+            }
+            Event::Apply(o) => {
+                let counted = counts(&o);
+                current.set(o.metadata.name.clone().unwrap_or_default(), counted);
+            }
+            Event::Delete(o) => current.remove(o.metadata.name.as_deref().unwrap_or_default()),
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 
@@ -227,14 +305,74 @@ fn status_field<'a>(object: &'a DynamicObject, path: &[&str]) -> Option<&'a Valu
         .try_fold(object.data.get("status")?, |value, key| value.get(key))
 }
 
-async fn api_requests(client: &kube::Client) -> u64 {
-    let request = http::Request::get("/metrics").body(Vec::new());
-    let Ok(request) = request else { return 0 };
-    let text = client.request_text(request).await.unwrap_or_default();
-    text.lines()
-        .filter(|l| l.starts_with("capstan_apiserver_requests_total"))
-        .filter_map(|l| l.rsplit_once(' ').and_then(|(_, n)| n.parse::<f64>().ok()))
-        .sum::<f64>() as u64
+/// The server's counters: API requests by `verb resource` and reconciles by `reconcile
+/// controller`.
+#[derive(Clone, Debug, Default)]
+struct Counters(std::collections::BTreeMap<String, u64>);
+
+impl Counters {
+    async fn read(client: &kube::Client) -> Self {
+        let request = http::Request::get("/metrics").body(Vec::new());
+        let Ok(request) = request else {
+            return Self::default();
+        };
+        let text = client.request_text(request).await.unwrap_or_default();
+        Self::parse(&text)
+    }
+
+    fn parse(text: &str) -> Self {
+        let label = |labels: &str, name: &str| {
+            labels
+                .split(',')
+                .find_map(|l| l.strip_prefix(&format!("{name}=\"")))
+                .map(|v| v.trim_end_matches('"').to_owned())
+                .unwrap_or_default()
+        };
+        let mut counters = std::collections::BTreeMap::new();
+        for line in text.lines() {
+            let Some((series, value)) = line.rsplit_once(' ') else {
+                continue;
+            };
+            let Ok(value) = value.parse::<f64>() else {
+                continue;
+            };
+            let Some((name, labels)) = series.split_once('{') else {
+                continue;
+            };
+            let labels = labels.trim_end_matches('}');
+            let key = match name {
+                "capstan_apiserver_requests_total" => {
+                    format!("{} {}", label(labels, "verb"), label(labels, "resource"))
+                }
+                "capstan_apiserver_controller_reconciles_total" => {
+                    format!("reconcile {}", label(labels, "controller"))
+                }
+                _ => continue,
+            };
+            *counters.entry(key).or_default() += value as u64;
+        }
+        Self(counters)
+    }
+
+    fn requests(&self) -> u64 {
+        self.0
+            .iter()
+            .filter(|(k, _)| !k.starts_with("reconcile "))
+            .map(|(_, v)| v)
+            .sum()
+    }
+
+    /// What grew since `before`, the largest first.
+    fn since(&self, before: &Self) -> Vec<(String, u64)> {
+        let mut grown: Vec<(String, u64)> = self
+            .0
+            .iter()
+            .map(|(k, v)| (k.clone(), v - before.0.get(k).copied().unwrap_or(0).min(*v)))
+            .filter(|(_, v)| *v > 0)
+            .collect();
+        grown.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        grown
+    }
 }
 
 async fn bench(args: &Args, data_dir: &Path) -> anyhow::Result<Figures> {
@@ -265,22 +403,16 @@ async fn bench(args: &Args, data_dir: &Path) -> anyhow::Result<Figures> {
                 .collect(),
         )
         .await?;
-        let all_hosts_available = || async {
-            let list = hosts.list(&ListParams::default()).await?;
-            let available = list
-                .items
-                .iter()
-                .filter(|h| {
-                    status_field(h, &["provisioning", "state"]).and_then(Value::as_str)
-                        == Some("available")
-                })
-                .count();
-            Ok((available < host_count)
-                .then(|| format!("{available}/{host_count} hosts available")))
+        let is_available = |h: &DynamicObject| {
+            status_field(h, &["provisioning", "state"]).and_then(Value::as_str) == Some("available")
         };
-        until("hosts", timeout, all_hosts_available).await?;
+        let hosts_pending = |_: usize, available: usize| {
+            (available < host_count).then(|| format!("{available}/{host_count} hosts available"))
+        };
+        follow("hosts", &hosts, timeout, is_available, hosts_pending).await?;
         let hosts_available_seconds = started.elapsed().as_secs_f64();
 
+        let before_clusters = Counters::read(&client).await;
         let started = Instant::now();
         create_all(
             &client,
@@ -290,20 +422,23 @@ async fn bench(args: &Args, data_dir: &Path) -> anyhow::Result<Figures> {
         )
         .await?;
         let create_seconds = started.elapsed().as_secs_f64();
-        until("machines", timeout, || async {
-            let list = machines.list(&ListParams::default()).await?;
-            let running = list
-                .items
-                .iter()
-                .filter(|m| status_field(m, &["phase"]).and_then(Value::as_str) == Some("Running"))
-                .filter(|m| status_field(m, &["nodeRef"]).is_some())
-                .count();
-            Ok((running < host_count)
-                .then(|| format!("{running}/{host_count} machines Running with a Node")))
-        })
+        follow(
+            "machines",
+            &machines,
+            timeout,
+            |m| {
+                status_field(m, &["phase"]).and_then(Value::as_str) == Some("Running")
+                    && status_field(m, &["nodeRef"]).is_some()
+            },
+            |_, running| {
+                (running < host_count)
+                    .then(|| format!("{running}/{host_count} machines Running with a Node"))
+            },
+        )
         .await?;
         let running_seconds = started.elapsed().as_secs_f64();
         let (_, peak_running) = super::bench::rss_mib(pid);
+        let running_counters = Counters::read(&client).await;
 
         let started = Instant::now();
         for c in 0..args.count {
@@ -311,19 +446,23 @@ async fn bench(args: &Args, data_dir: &Path) -> anyhow::Result<Figures> {
                 .delete(&format!("c{c}"), &DeleteParams::default())
                 .await?;
         }
-        until("deletion", timeout, || async {
-            let left = clusters.list(&ListParams::default()).await?.items.len();
-            let machines_left = machines.list(&ListParams::default()).await?.items.len();
-            if left + machines_left > 0 {
-                return Ok(Some(format!(
-                    "{left} clusters and {machines_left} machines left"
-                )));
-            }
-            all_hosts_available().await
-        })
-        .await?;
+        let left = |kind: &'static str| {
+            move |objects: usize, _: usize| (objects > 0).then(|| format!("{objects} {kind} left"))
+        };
+        follow("deletion", &machines, timeout, |_| true, left("machines")).await?;
+        follow("deletion", &clusters, timeout, |_| true, left("clusters")).await?;
+        follow("deletion", &hosts, timeout, is_available, hosts_pending).await?;
         let delete_seconds = started.elapsed().as_secs_f64();
         let (rss, peak) = super::bench::rss_mib(pid);
+        let end_counters = Counters::read(&client).await;
+        let (running_breakdown, delete_breakdown) = if args.breakdown {
+            (
+                running_counters.since(&before_clusters),
+                end_counters.since(&running_counters),
+            )
+        } else {
+            (Vec::new(), Vec::new())
+        };
         Ok::<_, anyhow::Error>(Figures {
             clusters: args.count,
             machines: host_count,
@@ -334,7 +473,12 @@ async fn bench(args: &Args, data_dir: &Path) -> anyhow::Result<Figures> {
             server_cpu_seconds: super::bench_hosts::cpu_seconds(pid),
             server_peak_rss_mib: peak.max(peak_running),
             server_rss_mib: rss,
-            api_requests: api_requests(&client).await,
+            api_requests: end_counters.requests(),
+            running_api_requests: running_counters
+                .requests()
+                .saturating_sub(before_clusters.requests()),
+            running_breakdown,
+            delete_breakdown,
         })
     }
     .await;
@@ -389,7 +533,23 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
             figures.server_peak_rss_mib,
             figures.server_rss_mib
         );
-        outln!("  API requests served       {:>8}", figures.api_requests);
+        outln!(
+            "  API requests served       {:>8} ({} until Running)",
+            figures.api_requests,
+            figures.running_api_requests
+        );
+        for (phase, breakdown) in [
+            ("until Running", &figures.running_breakdown),
+            ("deletion", &figures.delete_breakdown),
+        ] {
+            if breakdown.is_empty() {
+                continue;
+            }
+            outln!("  {phase}, by request and by controller:");
+            for (what, count) in breakdown.iter().take(40) {
+                outln!("    {count:>9}  {what}");
+            }
+        }
     }
     Ok(Exit::Ok)
 }
