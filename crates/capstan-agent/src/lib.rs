@@ -304,23 +304,7 @@ fn run_deploy(
             bytes_done: 0,
             bytes_total: None,
         });
-        let url = http::Url::join(&config.url, CONFIG_DRIVE_PATH).map_err(|e| e.to_string())?;
-        let auth = format!("Bearer {}", config.token);
-        let response = http::request(
-            "GET",
-            &url,
-            &[("Authorization", &auth)],
-            None,
-            Duration::from_secs(30),
-        )
-        .map_err(|e| format!("fetching the config drive: {}", error_chain(&e)))?;
-        if response.status != 200 {
-            return Err(format!(
-                "fetching the config drive: HTTP {}",
-                response.status
-            ));
-        }
-        let iso = response.bytes(64 << 20).map_err(|e| error_chain(&e))?;
+        let iso = fetch_config_drive(config)?;
         let mut file = std::fs::File::options()
             .read(true)
             .write(true)
@@ -332,6 +316,47 @@ fn run_deploy(
         println!("capstan-agent: config drive written at sector {first}");
     }
     Ok(())
+}
+
+/// How long the agent keeps asking for the config drive while capstan is unreachable or restarting:
+/// the image is already on disk, and failing here would make capstan deploy it all over again.
+const CONFIG_DRIVE_PATIENCE: Duration = Duration::from_secs(300);
+
+/// The host's config drive from capstan, retried (backing off up to 10 s) while the server is
+/// unreachable, restarting (`401` before it has reloaded its sessions) or failing (`5xx`).
+fn fetch_config_drive(config: &AgentConfig) -> Result<Vec<u8>, String> {
+    let url = http::Url::join(&config.url, CONFIG_DRIVE_PATH).map_err(|e| e.to_string())?;
+    let auth = format!("Bearer {}", config.token);
+    let deadline = std::time::Instant::now() + CONFIG_DRIVE_PATIENCE;
+    let mut wait = Duration::from_secs(1);
+    loop {
+        let (error, transient) = match http::request(
+            "GET",
+            &url,
+            &[("Authorization", &auth)],
+            None,
+            Duration::from_secs(30),
+        ) {
+            Ok(response) if response.status == 200 => match response.bytes(64 << 20) {
+                Ok(iso) => return Ok(iso),
+                Err(e) => (error_chain(&e), true),
+            },
+            Ok(response) => (
+                format!("HTTP {}", response.status),
+                response.status == 401 || response.status >= 500,
+            ),
+            Err(e) => (error_chain(&e), true),
+        };
+        if !transient || std::time::Instant::now() + wait > deadline {
+            return Err(format!("fetching the config drive: {error}"));
+        }
+        println!(
+            "capstan-agent: fetching the config drive: {error}; retrying in {} s",
+            wait.as_secs()
+        );
+        std::thread::sleep(wait);
+        wait = (wait * 2).min(Duration::from_secs(10));
+    }
 }
 
 fn run_clean(
