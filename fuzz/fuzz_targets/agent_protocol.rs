@@ -34,7 +34,13 @@ fuzz_target!(|data: &[u8]| {
     let Ok(url) = Url::parse(&format!("http://{}/v1/heartbeat", peer.address())) else {
         return;
     };
-    if let Ok(response) = request("POST", &url, &[("Content-Type", "application/json")], Some(b"{}"), Duration::from_secs(2)) {
+    if let Ok(response) = request(
+        "POST",
+        &url,
+        &[("Content-Type", "application/json")],
+        Some(b"{}"),
+        Duration::from_secs(2),
+    ) {
         let _ = response.header("content-type");
         let _ = response.content_length();
         if let Ok(body) = response.bytes(1 << 20) {

@@ -26,6 +26,10 @@ fuzz_target!(|input: Input| {
     }
     if let Ok(bytes) = image.to_vec() {
         assert_eq!(bytes.len() % 2048, 0, "whole sectors");
-        assert_eq!(&bytes[16 * 2048 + 1..16 * 2048 + 6], b"CD001", "the primary volume descriptor");
+        assert_eq!(
+            &bytes[16 * 2048 + 1..16 * 2048 + 6],
+            b"CD001",
+            "the primary volume descriptor"
+        );
     }
 });
