@@ -15,146 +15,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use serde_json::Value;
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::time::Duration;
 
-struct Serve {
-    child: Child,
-    kubeconfig: PathBuf,
-}
+mod support;
 
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn serve(data_dir: &Path, log: &Path) -> Serve {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_capstan"))
-        .env("CAPSTAN_LOG", "info")
-        .args(["serve", "--simulate-workloads", "--data-dir"])
-        .arg(data_dir)
-        .args(["--listen", &format!("127.0.0.1:{}", free_port())])
-        .args([
-            "--provisioning-listen",
-            "127.0.0.1:0",
-            "--fake-step-ms",
-            "50",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::from(std::fs::File::create(log).unwrap()))
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert!(line.contains("ready at"), "unexpected first line: {line:?}");
-    Serve {
-        child,
-        kubeconfig: data_dir.join("kubeconfig"),
-    }
-}
-
-fn capstan(kubeconfig: &Path, args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_capstan"))
-        .args(args)
-        .env("KUBECONFIG", kubeconfig)
-        .env("NO_COLOR", "1")
-        .env_remove("CAPSTAN_DATA_DIR")
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
-}
-
-fn kubectl(kubeconfig: &Path, args: &[&str]) -> (bool, String) {
-    let out = Command::new("kubectl")
-        .args(args)
-        .env("KUBECONFIG", kubeconfig)
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
-}
-
-fn items(kubeconfig: &Path, resource: &str) -> Vec<Value> {
-    let (ok, out) = kubectl(kubeconfig, &["get", resource, "-o", "json"]);
-    assert!(ok, "kubectl get {resource}: {out}");
-    serde_json::from_str::<Value>(&out).unwrap()["items"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-}
-
-/// Polls `check` until it returns `Ok`, failing with its last message (and the server log) after
-/// `limit`.
-fn until(what: &str, limit: Duration, log: &Path, mut check: impl FnMut() -> Result<(), String>) {
-    let deadline = Instant::now() + limit;
-    loop {
-        match check() {
-            Ok(()) => return,
-            Err(last) if Instant::now() > deadline => {
-                let log = std::fs::read_to_string(log).unwrap_or_default();
-                let tail: Vec<&str> = log.lines().rev().take(40).collect();
-                panic!(
-                    "{what}: not within {limit:?}: {last}\n--- server log (last lines) ---\n{}",
-                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-                );
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(300)),
-        }
-    }
-}
-
-fn name(object: &Value) -> &str {
-    object["metadata"]["name"].as_str().unwrap_or_default()
-}
-
-/// Every Machine Running with a Node; `count` of them.
-fn machines_running(kubeconfig: &Path, count: usize) -> Result<(), String> {
-    let machines = items(kubeconfig, "machines.cluster.x-k8s.io");
-    let running = machines
-        .iter()
-        .filter(|m| m["status"]["phase"] == "Running" && m["status"]["nodeRef"]["name"].is_string())
-        .count();
-    if machines.len() == count && running == count {
-        Ok(())
-    } else {
-        Err(format!(
-            "{running} of {} machines Running with a Node (want {count}): {:?}",
-            machines.len(),
-            machines
-                .iter()
-                .map(|m| format!("{}={}", name(m), m["status"]["phase"]))
-                .collect::<Vec<_>>()
-        ))
-    }
-}
+use support::*;
 
 const KVM: &str = r#"
 ---
@@ -235,7 +101,7 @@ fn a_kvm_control_plane_and_bare_metal_workers_make_one_cluster() {
             .contains("kind: KVMMachineTemplate\n      name: capi-1-control-plane-vm")
     );
     let log = work.path().join("serve.log");
-    let server = serve(&work.path().join("data"), &log);
+    let server = Serve::start(&work.path().join("data"), &log);
     let kc = server.kubeconfig.clone();
     let (ok, out) = capstan(
         &kc,
@@ -393,7 +259,7 @@ fn the_clusterctl_template_applies_with_the_designs_defaults() {
     let file = work.path().join("cluster.yaml");
     std::fs::write(&file, cluster).unwrap();
     let log = work.path().join("serve.log");
-    let server = serve(&work.path().join("data"), &log);
+    let server = Serve::start(&work.path().join("data"), &log);
     let kc = server.kubeconfig.clone();
     let (ok, out) = capstan(&kc, &["apply", "-f", file.to_str().unwrap()]);
     assert!(ok, "apply: {out}");
