@@ -77,7 +77,7 @@ impl DriverError {
 }
 
 /// How much a hypervisor has and how much its domains take.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Capacity {
     pub cpus: u32,
     pub memory_bytes: u64,
@@ -87,6 +87,10 @@ pub struct Capacity {
     pub used_memory_bytes: u64,
     /// Free bytes in the pool.
     pub pool_available_bytes: u64,
+    /// The names of the defined domains.
+    pub domains: std::collections::BTreeSet<String>,
+    /// The volumes in the pool and their capacity in bytes.
+    pub volumes: std::collections::BTreeMap<String, u64>,
 }
 
 /// A volume in a pool.
@@ -423,6 +427,9 @@ impl Driver {
                 .list_all_domains(0)
                 .map_err(libvirt("listing", "domains", uri))?
             {
+                if let Ok(name) = domain.name() {
+                    capacity.domains.insert(name);
+                }
                 if let Ok(info) = domain.info() {
                     capacity.used_vcpus = capacity.used_vcpus.saturating_add(info.nr_virt_cpu);
                     // The memory a domain has now (its maximum can exceed the host's).
@@ -434,6 +441,14 @@ impl Driver {
             let pool = lookup_pool(connection, uri, &pool)?;
             let info = pool.info().map_err(libvirt("reading", "the pool", uri))?;
             capacity.pool_available_bytes = info.available;
+            for volume in
+                pool.list_all_volumes(0)
+                    .map_err(libvirt("listing", "the pool's volumes", uri))?
+            {
+                if let (Ok(name), Ok(info)) = (volume.name(), volume.info()) {
+                    capacity.volumes.insert(name, info.capacity);
+                }
+            }
             Ok(capacity)
         })
         .await

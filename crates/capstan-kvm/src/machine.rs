@@ -9,7 +9,9 @@
 //! 2. **Placement** (once; kept in `status.hypervisor`): the pinned hypervisor (`spec.hypervisor`,
 //!    or the Machine's failure domain), else every hypervisor the machine may use (control-plane
 //!    machines only where `controlPlane` is not false); each is asked for its capacity and the one
-//!    with most free memory that holds the VM's memory, vCPUs and disks wins. None fits: a
+//!    with most free memory that holds the VM's memory, vCPUs and disks wins. Machines placed but
+//!    not yet built count against their hypervisor ([`reserve`]), and one placement is chosen and
+//!    recorded at a time, so machines created together never overfill a hypervisor. None fits: a
 //!    `NoHypervisorFits` condition and Event that say, per hypervisor, why not.
 //! 3. **Base image**: `capstan-base-<digest>` in the hypervisor's pool, fetched once per
 //!    hypervisor from `spec.image.url` (`file://`) and verified against `spec.image.checksum`.
@@ -77,13 +79,20 @@ const WATCH_VM: Duration = Duration::from_secs(60);
 pub struct KvmMachineProvider {
     driver: Arc<Driver>,
     workloads: Option<SharedWorkloadAccess>,
+    /// Held from reading capacities until the choice is recorded, so two machines never choose
+    /// from the same free room.
+    placement: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl KvmMachineProvider {
     /// A provider talking to hypervisors through `driver`, setting Node providerIDs through
     /// `workloads`.
     pub fn new(driver: Arc<Driver>, workloads: Option<SharedWorkloadAccess>) -> Self {
-        Self { driver, workloads }
+        Self {
+            driver,
+            workloads,
+            placement: Arc::default(),
+        }
     }
 }
 
@@ -135,6 +144,43 @@ pub struct Needs {
     pub vcpus: u32,
     pub memory_bytes: u64,
     pub disk_bytes: u64,
+}
+
+/// A machine already placed on a hypervisor: its domain, the volumes it will own, its needs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placed {
+    pub domain: String,
+    pub volumes: Vec<String>,
+    pub needs: Needs,
+}
+
+/// `capacity` less what `placed` machines will take that the hypervisor does not count yet.
+///
+/// Placement is recorded before anything is made, so for a while a placed machine has no domain
+/// (its memory is not in use) and only some of its volumes (the rest of its disk is still free).
+/// Without reserving that, machines placed in the same moment all see the same free room and can
+/// overfill one hypervisor.
+pub fn reserve(capacity: &Capacity, placed: &[Placed]) -> Capacity {
+    let mut left = capacity.clone();
+    for machine in placed {
+        if capacity.domains.contains(&machine.domain) {
+            // Defined: libvirt counts its memory and the pool its volumes.
+            continue;
+        }
+        let made: u64 = machine
+            .volumes
+            .iter()
+            .filter_map(|name| capacity.volumes.get(name))
+            .sum();
+        left.used_vcpus = left.used_vcpus.saturating_add(machine.needs.vcpus);
+        left.used_memory_bytes = left
+            .used_memory_bytes
+            .saturating_add(machine.needs.memory_bytes);
+        left.pool_available_bytes = left
+            .pool_available_bytes
+            .saturating_sub(machine.needs.disk_bytes.saturating_sub(made));
+    }
+    left
 }
 
 /// Why `capacity` cannot take `needs`; `None` when it can.
@@ -328,6 +374,40 @@ impl KvmMachineProvider {
         Ok(labelled.items.into_iter().next())
     }
 
+    /// Every other KVMMachine already placed, by hypervisor URI: read from the API server, not
+    /// a cache, so the placement recorded a moment ago is in it.
+    async fn placed(
+        &self,
+        client: &Client,
+        machine: &KVMMachine,
+    ) -> Result<std::collections::HashMap<String, Vec<Placed>>, KvmError> {
+        let all = Api::<KVMMachine>::all(client.clone())
+            .list(&ListParams::default())
+            .await
+            .map_err(api("listing", "KVMMachine", "", ""))?;
+        let mut placed = std::collections::HashMap::<String, Vec<Placed>>::new();
+        for other in all.items {
+            if other.uid() == machine.uid() {
+                continue;
+            }
+            let Some(uri) = other.status.as_ref().and_then(|s| s.hypervisor_uri.clone()) else {
+                continue;
+            };
+            // A spec that cannot be read reserves nothing: it will never be built.
+            let Ok(needs) = needs(&other) else {
+                continue;
+            };
+            let domain = domain_name(&other.namespace().unwrap_or_default(), &other.name_any());
+            let volumes = owned_volumes(&domain, &other);
+            placed.entry(uri).or_default().push(Placed {
+                domain,
+                volumes,
+                needs,
+            });
+        }
+        Ok(placed)
+    }
+
     async fn place(
         &self,
         request: &MachineRequest<'_, KVMMachine>,
@@ -362,6 +442,7 @@ impl KvmMachineProvider {
             };
             return Ok(Err(Waiting::new("NoHypervisor", message)));
         }
+        let placed = self.placed(context.client(), machine).await?;
         let mut best: Option<(&KvmHypervisor, u64)> = None;
         let mut reasons = Vec::new();
         for hypervisor in candidates {
@@ -370,7 +451,13 @@ impl KvmMachineProvider {
                 .capacity(&hypervisor.uri, &pool_of(hypervisor))
                 .await
             {
-                Ok(capacity) => match does_not_fit(&capacity, needs) {
+                Ok(capacity) => match does_not_fit(
+                    &reserve(
+                        &capacity,
+                        placed.get(&hypervisor.uri).map_or(&[], Vec::as_slice),
+                    ),
+                    needs,
+                ) {
                     Some(why) => reasons.push(format!("{}: {why}", hypervisor.name)),
                     None => {
                         let free = capacity
@@ -799,6 +886,7 @@ impl InfraMachineProvider for KvmMachineProvider {
                 ));
             }
             (None, None) => {
+                let _placing = self.placement.lock().await;
                 let hypervisor = match self.place(request, &cluster, &needs, context).await? {
                     Ok(hypervisor) => hypervisor,
                     Err(waiting) => return Ok(Progress::Waiting(waiting)),
@@ -1009,6 +1097,7 @@ mod tests {
             used_vcpus: 2,
             used_memory_bytes: 6 << 30,
             pool_available_bytes: 10 << 30,
+            ..Capacity::default()
         };
         let mut want = Needs {
             vcpus: 2,
@@ -1034,6 +1123,76 @@ mod tests {
             does_not_fit(&capacity, &want)
                 .unwrap_or_default()
                 .contains("in the pool")
+        );
+    }
+
+    #[test]
+    fn placed_machines_reserve_what_the_hypervisor_does_not_count_yet() {
+        const GIB: u64 = 1 << 30;
+        let needs = Needs {
+            vcpus: 2,
+            memory_bytes: 4 * GIB,
+            disk_bytes: 27 * GIB,
+        };
+        let placed = |domain: &str| Placed {
+            domain: domain.into(),
+            volumes: vec![
+                format!("{domain}-root.qcow2"),
+                format!("{domain}-cidata.iso"),
+            ],
+            needs,
+        };
+        let capacity = Capacity {
+            cpus: 16,
+            memory_bytes: 32 * GIB,
+            used_vcpus: 2,
+            used_memory_bytes: 4 * GIB,
+            pool_available_bytes: 100 * GIB,
+            domains: ["built".to_owned()].into(),
+            volumes: [
+                ("built-root.qcow2".to_owned(), 20 * GIB),
+                ("half-root.qcow2".to_owned(), 20 * GIB),
+                ("half-2-root.qcow2".to_owned(), 20 * GIB),
+            ]
+            .into(),
+        };
+        // (placed machines, vCPUs used, memory used, pool left)
+        let cases: [(Vec<Placed>, u32, u64, u64); 5] = [
+            (vec![], 2, 4 * GIB, 100 * GIB),
+            // Defined: already counted by libvirt and the pool.
+            (vec![placed("built")], 2, 4 * GIB, 100 * GIB),
+            // Placed, nothing made: all of it.
+            (vec![placed("new")], 4, 8 * GIB, 73 * GIB),
+            // Root disk made: only the rest of its disk ("half-2-root" is another machine's).
+            (vec![placed("half")], 4, 8 * GIB, 93 * GIB),
+            // More than is left: nothing, not an underflow.
+            (
+                vec![placed("a"), placed("b"), placed("c"), placed("d")],
+                10,
+                20 * GIB,
+                0,
+            ),
+        ];
+        for (placed, vcpus, memory, pool) in cases {
+            let left = reserve(&capacity, &placed);
+            let names: Vec<&str> = placed.iter().map(|p| p.domain.as_str()).collect();
+            assert_eq!(
+                (
+                    left.used_vcpus,
+                    left.used_memory_bytes,
+                    left.pool_available_bytes
+                ),
+                (vcpus, memory, pool),
+                "{names:?}"
+            );
+        }
+        assert_eq!(
+            does_not_fit(
+                &reserve(&capacity, &[placed("a"), placed("b"), placed("c")]),
+                &needs
+            )
+            .as_deref(),
+            Some("27648 MiB of disk asked, 19456 MiB free in the pool")
         );
     }
 

@@ -254,8 +254,16 @@ fn ready(machine: &KVMMachine) -> Option<(bool, String, String)> {
 }
 
 async fn wait_provisioned(env: &Env, name: &str) -> KVMMachine {
+    // Shows the machine's status, which says why, when the wait is about to fail.
+    let deadline = Instant::now() + WAIT;
     poll(&format!("KVMMachine {name} provisioned"), || async {
         let machine = kvm_machine(env, name).await?;
+        if Instant::now() + Duration::from_millis(200) > deadline {
+            panic!(
+                "KVMMachine {name} not provisioned: {}",
+                serde_json::to_string(&machine.status).unwrap()
+            );
+        }
         let provisioned = machine
             .status
             .as_ref()?
