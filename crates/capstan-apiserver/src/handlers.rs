@@ -15,7 +15,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use bytes::Bytes;
-use capstan_store::{ObjectKey, StoredObject, WatchItem};
+use capstan_store::{EventType, ObjectKey, PastState, StoredObject, WatchItem};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -851,8 +851,13 @@ async fn watch_collection(state: Arc<ApiState>, request: Request) -> Result<Resp
             .unwrap_or_default()
     });
     let mut members = std::collections::HashSet::new();
+    // Resuming with a selector: the selection is read as it is now, at `replay_until`. For an
+    // object changed between the requested version and then, now is too late — the client listed
+    // it at the requested version — so its membership is looked up in the change log when its
+    // first replayed change comes (else a deletion in that window would never reach the client).
+    let mut replay_until = None;
+    let mut replayed = std::collections::HashSet::new();
     if selective && requested_rv.is_some() {
-        // Resuming: the selection is taken as it is now (no older state is kept).
         let filter = matches.clone();
         let page = state
             .store
@@ -869,6 +874,7 @@ async fn watch_collection(state: Arc<ApiState>, request: Request) -> Result<Resp
                 .iter()
                 .map(|i| (i.key.namespace.clone(), i.key.name.clone())),
         );
+        replay_until = Some(page.resource_version);
     }
     // Without a resourceVersion, a watch starts with the current state as ADDED events, read and
     // sent a page at a time (the first page fixes the version the watch follows from).
@@ -987,6 +993,30 @@ async fn watch_collection(state: Arc<ApiState>, request: Request) -> Result<Resp
                     let now = matches(&value);
                     let event_type = if selective {
                         let id = (event.key.namespace.clone(), event.key.name.clone());
+                        if replay_until.is_some_and(|head| event.resource_version <= head)
+                            && replayed.insert(id.clone())
+                        {
+                            let before = match event.event_type {
+                                EventType::Added => false,
+                                EventType::Modified | EventType::Deleted => {
+                                    match state.store.state_at(event.key.clone(), from).await {
+                                        Ok(PastState::Existed(json)) => {
+                                            serde_json::from_str::<Value>(&json)
+                                                .is_ok_and(|v| matches(&v))
+                                        }
+                                        Ok(PastState::Absent) => false,
+                                        // Best guess: the change did not move it across the
+                                        // selection.
+                                        Ok(PastState::Unknown) | Err(_) => now,
+                                    }
+                                }
+                            };
+                            if before {
+                                members.insert(id.clone());
+                            } else {
+                                members.remove(&id);
+                            }
+                        }
                         let was = members.contains(&id);
                         match (event.event_type.as_str(), was, now) {
                             ("DELETED", false, _) | (_, false, false) => continue,

@@ -873,6 +873,7 @@ impl Collector {
             // A kind no longer served: its watch is being stopped.
             return;
         };
+        tracing::trace!(controller = GC_CONTROLLER, kind = %key.1, ?change, "change");
         match change {
             Change::ListStarted => {
                 *self.epochs.entry(key).or_default() += 1;
@@ -909,7 +910,7 @@ impl Collector {
 
     /// Replaces the served kinds; returns the kinds to start watching and those to stop.
     fn set_kinds(&mut self, kinds: Kinds) -> (Vec<KindKey>, Vec<KindKey>) {
-        let added = kinds
+        let added: Vec<KindKey> = kinds
             .by_resource
             .keys()
             .filter(|k| !self.kinds.by_resource.contains_key(*k))
@@ -922,6 +923,14 @@ impl Collector {
             .filter(|k| !kinds.by_resource.contains_key(*k))
             .cloned()
             .collect();
+        if !added.is_empty() || !removed.is_empty() {
+            tracing::debug!(
+                controller = GC_CONTROLLER,
+                ?added,
+                ?removed,
+                "served kinds changed"
+            );
+        }
         for key in &removed {
             // A kind no longer served has no objects: its dependents look at their owners again.
             for uid in self.graph.missed(key, u64::MAX) {
@@ -940,15 +949,23 @@ impl Collector {
         while let Some(uid) = self.queue.pop_front() {
             self.queued.remove(&uid);
             if let Some(plan) = self.graph.plan(&uid) {
+                tracing::trace!(controller = GC_CONTROLLER, uid, ?plan, "acting");
                 self.in_flight.insert(uid.clone());
                 return Some((uid, plan));
             }
+            tracing::trace!(controller = GC_CONTROLLER, uid, "nothing to do");
             self.failures.remove(&uid);
         }
         None
     }
 
     fn finished(&mut self, uid: String, outcome: &Outcome) {
+        tracing::trace!(
+            controller = GC_CONTROLLER,
+            uid,
+            failed = outcome.failed,
+            "acted"
+        );
         self.in_flight.remove(&uid);
         for (kind, owner) in &outcome.learned {
             // Only owners the graph still lacks: a watch's view is never replaced by an older read.

@@ -20,6 +20,20 @@ mod writer;
 pub use key::ObjectKey;
 pub use watch::{EventType, WatchEvent, WatchItem, WatchStream};
 
+/// How many of a resource's newest changes [`Store::state_at`] looks through.
+pub const PAST_STATE_SCAN: i64 = 10_000;
+
+/// An object's state at an earlier resourceVersion.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PastState {
+    /// It existed with this value.
+    Existed(String),
+    /// It had been deleted.
+    Absent,
+    /// The change log no longer says.
+    Unknown,
+}
+
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use std::collections::BTreeSet;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
@@ -437,6 +451,40 @@ impl Store {
         bookmarks: Option<std::time::Duration>,
     ) -> Result<WatchStream, StoreError> {
         watch::start(self.clone(), resource, namespace, after, bookmarks)
+    }
+
+    /// What `key` was at resourceVersion `at`, as far as the change log tells: the last value written
+    /// at or before `at` within the newest [`PAST_STATE_SCAN`] changes of its resource. A watch that
+    /// resumes with a selector needs this to know whether the client had the object.
+    pub async fn state_at(&self, key: ObjectKey, at: u64) -> Result<PastState, StoreError> {
+        self.read(move |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT type, value FROM (
+                     SELECT type, namespace, name, value, rv FROM events
+                     WHERE resource = ?1 AND rv <= ?2 ORDER BY rv DESC LIMIT ?5)
+                 WHERE namespace = ?3 AND name = ?4 ORDER BY rv DESC LIMIT 1",
+            )?;
+            let found = stmt
+                .query_row(
+                    params![
+                        key.resource,
+                        i64::try_from(at).unwrap_or(i64::MAX),
+                        key.namespace,
+                        key.name,
+                        PAST_STATE_SCAN
+                    ],
+                    |row| Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?)),
+                )
+                .optional()?;
+            Ok(match found {
+                None => PastState::Unknown,
+                Some((code, _)) if EventType::from_code(code) == EventType::Deleted => {
+                    PastState::Absent
+                }
+                Some((_, value)) => PastState::Existed(value),
+            })
+        })
+        .await
     }
 
     /// Writes a consistent snapshot of the whole store to `target` while the store keeps serving.
