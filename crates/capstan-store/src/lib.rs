@@ -142,7 +142,8 @@ pub struct StoreOptions {
     pub retained_events: u64,
     /// How many writes one transaction may group.
     pub max_batch: usize,
-    /// Read connections kept open.
+    /// Read connections kept open between reads (more are opened for concurrent reads and closed
+    /// after them, so a burst does not leave its connections and their page caches behind).
     pub readers: usize,
 }
 
@@ -166,6 +167,8 @@ struct Inner {
     path: PathBuf,
     writes: std::sync::mpsc::SyncSender<writer::Request>,
     readers: Mutex<Vec<Connection>>,
+    /// How many idle read connections are kept.
+    idle_readers: usize,
     events: broadcast::Sender<Arc<WatchEvent>>,
     head: Arc<AtomicU64>,
     compacted: Arc<AtomicU64>,
@@ -230,6 +233,7 @@ impl Store {
                 path: path.to_path_buf(),
                 writes,
                 readers: Mutex::new(readers),
+                idle_readers: options.readers.max(1),
                 events,
                 head,
                 compacted,
@@ -515,7 +519,9 @@ impl Store {
                 None => schema::open_reader(&inner.path)?,
             };
             let result = f(&conn);
-            if let Ok(mut pool) = inner.readers.lock() {
+            if let Ok(mut pool) = inner.readers.lock()
+                && pool.len() < inner.idle_readers
+            {
                 pool.push(conn);
             }
             result

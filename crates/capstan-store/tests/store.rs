@@ -414,3 +414,96 @@ async fn the_database_its_wal_and_backups_are_created_owner_only() {
     let restored = Store::open(&target, StoreOptions::default()).unwrap();
     assert!(restored.get(key("a")).await.unwrap().is_some());
 }
+
+/// Open descriptors of this process on files under `dir`.
+fn open_files_under(dir: &std::path::Path) -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .filter(|target| target.starts_with(dir))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_burst_of_reads_does_not_leave_its_connections_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = StoreOptions {
+        readers: 2,
+        ..StoreOptions::default()
+    };
+    let store = Store::open(&dir.path().join("state.db"), options).unwrap();
+    for i in 0..8 {
+        store
+            .create(key(&format!("c{i}")), obj("c", i))
+            .await
+            .unwrap();
+    }
+    // The database, its WAL and its shared-memory index, for the writer and each kept reader.
+    let kept = 3 * (1 + 2);
+    // Many reads at once open more connections than the pool keeps.
+    let reads: Vec<_> = (0..64)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                store
+                    .list("cluster.x-k8s.io/clusters".into(), None, None, None, None)
+                    .await
+                    .unwrap();
+                store.get(key(&format!("c{}", i % 8))).await.unwrap()
+            })
+        })
+        .collect();
+    for read in reads {
+        assert!(read.await.unwrap().is_some());
+    }
+    let open = open_files_under(dir.path());
+    assert!(open <= kept, "{open} files open after the burst");
+}
+
+#[tokio::test]
+async fn the_change_log_tells_what_an_object_was_at_a_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir);
+    let first = store.create(key("a"), obj("a", 1)).await.unwrap();
+    let second = store.update(key("a"), obj("a", 2), None).await.unwrap();
+    let gone = store.delete(key("a"), None).await.unwrap();
+    let n_at = |state: capstan_store::PastState| match state {
+        capstan_store::PastState::Existed(json) => {
+            serde_json::from_str::<serde_json::Value>(&json).unwrap()["spec"]["n"].as_u64()
+        }
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        n_at(
+            store
+                .state_at(key("a"), first.resource_version)
+                .await
+                .unwrap()
+        ),
+        Some(1)
+    );
+    assert_eq!(
+        n_at(
+            store
+                .state_at(key("a"), gone.resource_version - 1)
+                .await
+                .unwrap()
+        ),
+        Some(2)
+    );
+    assert!(second.resource_version < gone.resource_version);
+    assert_eq!(
+        store
+            .state_at(key("a"), gone.resource_version)
+            .await
+            .unwrap(),
+        capstan_store::PastState::Absent
+    );
+    assert_eq!(
+        store
+            .state_at(key("a"), first.resource_version - 1)
+            .await
+            .unwrap(),
+        capstan_store::PastState::Unknown
+    );
+}
