@@ -13,8 +13,9 @@
 //!   reporting in do not wake the checks. After every (re)list the Nodes are compared with what was
 //!   seen before, so changes missed while disconnected are passed on too (level-triggered).
 //! - A watch stops when [`NodeWatches::stop`] is called (its Cluster is gone), when the predicate
-//!   given to [`NodeWatches::set_needed`] says no check needs the cluster any more (looked at on
-//!   every change and every [`SWEEP`]), or when nobody listens to the changes.
+//!   given to [`NodeWatches::set_needed`] says no check needs the cluster any more, or when nobody
+//!   listens to the changes (the controller stopped); both are looked at before every connection
+//!   attempt and every [`SWEEP`].
 
 use capstan_runtime::CancellationToken;
 use capstan_runtime::controller::ErrorChain;
@@ -169,6 +170,13 @@ impl Shared {
         needed.is_none_or(|needed| needed(cluster))
     }
 
+    /// Whether the changes still have a listener (the controller runs).
+    fn listening(&self) -> bool {
+        lock(&self.changes)
+            .as_ref()
+            .is_some_and(|sender| !sender.is_closed())
+    }
+
     /// Passes a change on; `false` when nobody listens any more.
     fn send(&self, change: NodeChange) -> bool {
         lock(&self.changes)
@@ -279,7 +287,7 @@ async fn run(
     let mut attempt: u32 = 0;
     let mut delay = BACKOFF_INITIAL;
     'connect: while !stop.is_cancelled() {
-        if !shared.needed(&cluster) {
+        if !shared.needed(&cluster) || !shared.listening() {
             break;
         }
         let failure = match shared.workloads.client(&cluster).await {
@@ -293,7 +301,10 @@ async fn run(
                     let event = tokio::select! {
                         () = stop.cancelled() => break 'connect,
                         _ = sweep.tick() => {
-                            if shared.needed(&cluster) { continue } else { break 'connect }
+                            if shared.needed(&cluster) && shared.listening() {
+                                continue
+                            }
+                            break 'connect
                         }
                         event = events.next() => event,
                     };
