@@ -25,22 +25,34 @@
 //! 5. **Status**: `expectedMachines`, `currentHealthy`, `remediationsAllowed`, `targets` and the
 //!    conditions, as a merge patch of those fields.
 //!
+//! **Triggers.** A check is looked at when it changes, when a Machine it covers changes, and when a
+//! Node of its cluster changes in a way that can change a verdict ([`crate::nodewatch`]: one Node
+//! watch per workload cluster, started when a check first needs that cluster's Nodes, stopped when
+//! no check names the cluster or the Cluster is gone); a Node change wakes only the checks whose
+//! selector covers the Machine with that `nodeRef`. A running timeout (`unhealthyNodeConditions`,
+//! `unhealthyMachineConditions`, `nodeStartupTimeout`) requeues the check for the moment it
+//! elapses, so a Node NotReady for `timeout` is remediated then, not at the next periodic pass.
+//! Otherwise a check is resynced every [`RESYNC`] while its Nodes are watched, every 30 s while
+//! they cannot be.
+//!
 //! v1beta1 MachineHealthChecks are served converted to v1beta2 (`unhealthyConditions` →
 //! `checks.unhealthyNodeConditions`, `maxUnhealthy` → `remediation.triggerIf...`), so one code path
 //! serves both. External remediation (`remediation.templateRef`) is not implemented: a check that
 //! names one reports it and remediates nothing.
 
+use crate::nodewatch::{NodeChange, NodeWatches};
 use capstan_model::capi::v1beta2::{MachineHealthCheck, MachineHealthChecks};
 use capstan_model::meta::{ANNOTATION_PAUSED, LABEL_CLUSTER_NAME, selector_matches};
 use capstan_runtime::conditions::{self, FALSE, TRUE};
 use capstan_runtime::controller::ErrorChain;
 use capstan_runtime::{Action, Context, EventType, Reconciler};
 use capstan_workload::{ClusterKey, SharedWorkloadAccess};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Controller;
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, ObjectRef, reflector};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -64,8 +76,12 @@ pub const LABEL_CONTROL_PLANE: &str = "cluster.x-k8s.io/control-plane";
 /// Upstream's default `nodeStartupTimeout`.
 pub const DEFAULT_NODE_STARTUP_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// Re-checks at least this often (Nodes of workload clusters are not watched).
+/// Re-checks at least this often while a cluster's Nodes cannot be watched (or read).
 const RECHECK: Duration = Duration::from_secs(30);
+/// Re-checks at least this often when the Nodes are watched and no timeout runs sooner (Cluster
+/// API's default sync period): Node changes and Machine changes trigger a check at once, and a
+/// running timeout requeues the check for the moment it elapses.
+pub const RESYNC: Duration = Duration::from_secs(600);
 
 /// Why a pass failed (it is retried with backoff).
 #[derive(Debug, thiserror::Error)]
@@ -520,16 +536,74 @@ fn target_of(machine: &DynamicObject, nodes: &HashMap<String, Vec<ObservedCondit
     }
 }
 
+/// The checks whose cluster and selector cover `machine`.
+fn checks_covering(
+    checks: &[Arc<MachineHealthCheck>],
+    machine: &DynamicObject,
+) -> Vec<ObjectRef<MachineHealthCheck>> {
+    let labels = machine.labels();
+    checks
+        .iter()
+        .filter(|check| {
+            check.metadata.namespace == machine.metadata.namespace
+                && labels.get(LABEL_CLUSTER_NAME) == Some(&check.spec.cluster_name)
+                && selector_matches(&check.spec.selector, labels)
+        })
+        .map(|check| ObjectRef::from_obj(&**check))
+        .collect()
+}
+
+/// The checks to look again after `change`: those covering the Machines whose `nodeRef` names the
+/// Node. A Node no Machine references yet wakes nobody (the Machine's `nodeRef` will, when set).
+fn checks_for_node(
+    checks: &kube::runtime::reflector::Store<MachineHealthCheck>,
+    machines: &[Arc<DynamicObject>],
+    change: &NodeChange,
+) -> Vec<ObjectRef<MachineHealthCheck>> {
+    let all = checks.state();
+    let mut refs: Vec<ObjectRef<MachineHealthCheck>> = machines
+        .iter()
+        .filter(|m| {
+            m.metadata.namespace.as_deref() == Some(change.cluster.namespace.as_str())
+                && m.labels().get(LABEL_CLUSTER_NAME) == Some(&change.cluster.name)
+                && node_ref_name(m).as_deref() == Some(change.node.as_str())
+        })
+        .flat_map(|m| checks_covering(&all, m))
+        .collect();
+    refs.sort_by(|a, b| a.name.cmp(&b.name));
+    refs.dedup();
+    refs
+}
+
 /// The MachineHealthCheck controller.
 #[derive(Clone)]
 pub struct MachineHealthCheckController {
     workloads: SharedWorkloadAccess,
+    nodes: NodeWatches,
+    resync: Duration,
 }
 
 impl MachineHealthCheckController {
-    /// A controller reading workload Nodes through `workloads`.
+    /// A controller reading workload Nodes through `workloads`, watching them per cluster.
     pub fn new(workloads: SharedWorkloadAccess) -> Self {
-        Self { workloads }
+        Self {
+            nodes: NodeWatches::new(workloads.clone()),
+            workloads,
+            resync: RESYNC,
+        }
+    }
+
+    /// The same controller, looking at checks whose Nodes are watched at least every `resync`
+    /// (when no timeout runs sooner).
+    #[must_use]
+    pub fn with_resync(mut self, resync: Duration) -> Self {
+        self.resync = resync;
+        self
+    }
+
+    /// The per-cluster Node watches.
+    pub fn node_watches(&self) -> &NodeWatches {
+        &self.nodes
     }
 }
 
@@ -611,24 +685,41 @@ impl Reconciler for MachineHealthCheckController {
         client: &Client,
     ) -> Controller<MachineHealthCheck> {
         let checks = controller.store();
-        controller.watches_with(
-            Api::<DynamicObject>::all_with(client.clone(), &v1beta2("Machine", "machines")),
-            v1beta2("Machine", "machines"),
-            watcher::Config::default(),
-            move |machine: DynamicObject| {
-                let labels = machine.labels().clone();
-                checks
-                    .state()
-                    .into_iter()
-                    .filter(|check| {
-                        check.metadata.namespace == machine.metadata.namespace
-                            && labels.get(LABEL_CLUSTER_NAME) == Some(&check.spec.cluster_name)
-                            && selector_matches(&check.spec.selector, &labels)
-                    })
-                    .map(|check| ObjectRef::from_obj(&*check))
-                    .collect::<Vec<_>>()
-            },
+        let needed_by = checks.clone();
+        // A cluster's Node watch lives while some check names the cluster.
+        self.nodes.set_needed(move |cluster| {
+            needed_by.state().iter().any(|check| {
+                check.metadata.namespace.as_deref() == Some(cluster.namespace.as_str())
+                    && check.spec.cluster_name == cluster.name
+            })
+        });
+        let machine_resource = v1beta2("Machine", "machines");
+        let writer = reflector::store::Writer::new(machine_resource.clone());
+        let machines = writer.as_reader();
+        let machine_events = reflector(
+            writer,
+            watcher(
+                Api::<DynamicObject>::all_with(client.clone(), &machine_resource),
+                watcher::Config::default(),
+            ),
         )
+        .touched_objects();
+        let checks_for_machines = checks.clone();
+        let node_changes = futures::stream::unfold(self.nodes.changes(), |mut changes| async {
+            changes.recv().await.map(|change| (change, changes))
+        })
+        .flat_map(move |change| {
+            futures::stream::iter(checks_for_node(&checks, &machines.state(), &change))
+        });
+        controller
+            .watches_stream_with(
+                machine_events,
+                move |machine: DynamicObject| {
+                    checks_covering(&checks_for_machines.state(), &machine)
+                },
+                machine_resource,
+            )
+            .reconcile_on(node_changes)
     }
 
     async fn reconcile(
@@ -653,6 +744,7 @@ impl Reconciler for MachineHealthCheckController {
             &cluster_name,
         ))?
         else {
+            self.nodes.stop(&ClusterKey::new(&namespace, &cluster_name));
             self.write_status(&check, &namespace, client, StatusUpdate::blocked(
                 "ClusterNotFound",
                 format!("Cluster {namespace}/{cluster_name} (spec.clusterName) does not exist: create it or fix spec.clusterName"),
@@ -679,8 +771,11 @@ impl Reconciler for MachineHealthCheckController {
 
         // Nodes are needed only once some target has a nodeRef.
         let mut nodes = HashMap::new();
-        if targets.iter().any(|m| node_ref_name(m).is_some()) {
-            let key = ClusterKey::new(&namespace, &cluster_name);
+        let key = ClusterKey::new(&namespace, &cluster_name);
+        let needs_nodes = targets.iter().any(|m| node_ref_name(m).is_some());
+        if needs_nodes {
+            // From now on a Node change wakes this check; the list below is what it judges.
+            self.nodes.ensure(&key);
             let listed = match self.workloads.client(&key).await {
                 Ok(workload) => Api::<Node>::all(workload)
                     .list(&ListParams::default())
@@ -797,6 +892,13 @@ impl Reconciler for MachineHealthCheckController {
                 )
                 .await;
         }
+        // A running timeout is looked at again the moment it elapses; otherwise changes trigger the
+        // next pass, with a long resync while they are watched and a short one while not.
+        let fallback = if !needs_nodes || self.nodes.is_watching(&key) {
+            self.resync
+        } else {
+            RECHECK
+        };
         let recheck = verdicts
             .iter()
             .filter_map(|(_, h)| match h {
@@ -804,8 +906,8 @@ impl Reconciler for MachineHealthCheckController {
                 Health::Unhealthy { .. } => None,
             })
             .min()
-            .map_or(RECHECK, |d| d.min(RECHECK));
-        Ok(Action::requeue(recheck.max(Duration::from_secs(1))))
+            .map_or(fallback, |d| d.min(fallback));
+        Ok(Action::requeue(recheck.max(Duration::from_millis(100))))
     }
 }
 

@@ -16,7 +16,8 @@
 //! - [`machinedeployment`]: MachineDeployment — MachineSets by template hash, RollingUpdate and
 //!   OnDelete, revisions, pause, `rollout.after`.
 //! - [`healthcheck`]: MachineHealthCheck — unhealthy Nodes and Machines that never got one,
-//!   `maxUnhealthy`/`unhealthyRange`, remediation of MachineSet-owned Machines.
+//!   `maxUnhealthy`/`unhealthyRange`, remediation of MachineSet-owned Machines; [`nodewatch`]
+//!   watches the Nodes of each workload cluster a check looks at.
 //!
 //! Every write is a merge patch of the fields the controller owns (`capstan_runtime::patch`).
 
@@ -27,6 +28,7 @@ pub mod healthcheck;
 pub mod machine;
 pub mod machinedeployment;
 pub mod machineset;
+pub mod nodewatch;
 
 use capstan_runtime::{Task, controller_task};
 use capstan_workload::SharedWorkloadAccess;

@@ -11,11 +11,14 @@ use capstan_apiserver::conversion::ModelConverter;
 use capstan_apiserver::in_process_client;
 use capstan_apiserver::{ApiServer, Auth};
 use capstan_capi::healthcheck::MachineHealthCheckController;
+use capstan_capi::nodewatch::{NodeWatches, WatchState};
 use capstan_runtime::{CancellationToken, RunOptions, controller_task};
+use capstan_sim::workload::SimCluster;
 use capstan_store::{Store, StoreOptions};
 use capstan_workload::{ClusterKey, WorkloadAccess, WorkloadError};
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Event;
+use k8s_openapi::api::core::v1::Node;
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -27,6 +30,8 @@ const WAIT: Duration = Duration::from_secs(60);
 const POLL: Duration = Duration::from_millis(50);
 const NS: &str = "default";
 const CLUSTER: &str = "work";
+/// A cluster whose workload API never answers.
+const UNREACHABLE: &str = "unreachable";
 
 /// Plays the one workload cluster of this test.
 struct TestWorkload(Client);
@@ -39,6 +44,10 @@ impl WorkloadAccess for TestWorkload {
         Box::pin(async move {
             if cluster == &ClusterKey::new(NS, CLUSTER) {
                 Ok(self.0.clone())
+            } else if cluster.name == UNREACHABLE {
+                Err(WorkloadError::ProbeTimeout {
+                    cluster: cluster.clone(),
+                })
             } else {
                 Err(WorkloadError::NoKubeconfig {
                     namespace: cluster.namespace.clone(),
@@ -137,6 +146,8 @@ fn ago(minutes: i64) -> String {
 
 struct Env {
     _dir: tempfile::TempDir,
+    /// The controller's Node watches (to look at their state).
+    watches: NodeWatches,
     management: Client,
     workload: Client,
     /// The Nodes, when the test serves their list itself.
@@ -147,6 +158,39 @@ struct Env {
 
 impl Env {
     async fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let management = in_process_client(api_server(&dir, "management.db").await.router());
+        let workload_server = api_server(&dir, "workload.db").await;
+        let (workload, node_list) = workload_api(&workload_server).await;
+        let access = Arc::new(TestWorkload(workload.clone()));
+        Self::run(dir, management, workload, node_list, |c| c, access)
+    }
+
+    /// The controller against `workload` (a simulated workload cluster) for cluster [`CLUSTER`];
+    /// every other cluster's workload API never answers. Its periodic resync is a day, so any pass
+    /// within a test's deadline came from a change or a running timeout.
+    async fn start_simulated(workload: Client) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let management = in_process_client(api_server(&dir, "management.db").await.router());
+        let access = Arc::new(TestWorkload(workload.clone()));
+        Self::run(
+            dir,
+            management,
+            workload,
+            None,
+            |c| c.with_resync(Duration::from_secs(24 * 3600)),
+            access,
+        )
+    }
+
+    fn run(
+        dir: tempfile::TempDir,
+        management: Client,
+        workload: Client,
+        node_list: Option<Arc<Mutex<Vec<Value>>>>,
+        tune: impl FnOnce(MachineHealthCheckController) -> MachineHealthCheckController,
+        access: Arc<TestWorkload>,
+    ) -> Self {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(
                 tracing_subscriber::EnvFilter::try_from_default_env()
@@ -154,22 +198,16 @@ impl Env {
             )
             .with_test_writer()
             .try_init();
-        let dir = tempfile::tempdir().unwrap();
-        let management = in_process_client(api_server(&dir, "management.db").await.router());
-        let workload_server = api_server(&dir, "workload.db").await;
-        let (workload, node_list) = workload_api(&workload_server).await;
-        let access = Arc::new(TestWorkload(workload.clone()));
+        let controller = tune(MachineHealthCheckController::new(access));
+        let watches = controller.node_watches().clone();
         let shutdown = CancellationToken::new();
         let running = tokio::spawn(capstan_runtime::run(
             management.clone(),
             RunOptions::new(shutdown.clone()),
-            move || {
-                vec![controller_task(MachineHealthCheckController::new(
-                    access.clone(),
-                ))]
-            },
+            move || vec![controller_task(controller.clone())],
         ));
         Self {
+            watches,
             _dir: dir,
             management,
             workload,
@@ -293,16 +331,23 @@ impl Env {
 
     /// The Cluster, its infrastructure provisioned and control plane initialised.
     async fn cluster(&self) {
-        let clusters: Api<DynamicObject> =
-            Api::namespaced_with(self.management.clone(), NS, &capi("Cluster", "clusters"));
+        self.cluster_named(CLUSTER).await;
+    }
+
+    fn clusters(&self) -> Api<DynamicObject> {
+        Api::namespaced_with(self.management.clone(), NS, &capi("Cluster", "clusters"))
+    }
+
+    async fn cluster_named(&self, name: &str) {
+        let clusters = self.clusters();
         self.create(
             &clusters,
-            json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "metadata": {"name": CLUSTER, "namespace": NS}, "spec": {}}),
+            json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "metadata": {"name": name, "namespace": NS}, "spec": {}}),
         )
         .await;
         clusters
             .patch_status(
-                CLUSTER,
+                name,
                 &PatchParams::default(),
                 &Patch::Merge(&json!({"status": {"initialization": {"infrastructureProvisioned": true, "controlPlaneInitialized": true}}})),
             )
@@ -586,4 +631,236 @@ async fn v1beta1_max_unhealthy_percentage() {
     .await;
     assert!(env.machines().get_opt("m1").await.unwrap().is_some());
     env.stop().await;
+}
+
+fn timestamp(value: &Value) -> jiff::Timestamp {
+    value.as_str().unwrap().parse().unwrap()
+}
+
+/// The simulator's `not-ready` fault on a Node: its `Ready` turns `Unknown`, as when the kubelet
+/// stops. The check, resynced only once a day, is woken by its cluster's Node watch and remediates
+/// when the condition has held for `timeoutSeconds` — not before, and without a periodic pass. A
+/// second cluster whose workload API never answers holds nothing up; its watch reconnects with
+/// backoff and stops once no check names that cluster, and the first cluster's watch stops when its
+/// Cluster goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_turning_not_ready_is_remediated_at_its_timeout_without_a_periodic_pass() {
+    const TIMEOUT_SECONDS: i64 = 3;
+    let workload = SimCluster::start(ClusterKey::new(NS, CLUSTER), None)
+        .await
+        .unwrap();
+    let env = Env::start_simulated(workload.client.clone()).await;
+    env.cluster().await;
+    env.cluster_named(UNREACHABLE).await;
+    let nodes: Api<Node> = Api::all(workload.client.clone());
+    for node in ["cp-0", "w-0"] {
+        nodes
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": node}})).unwrap(),
+            )
+            .await
+            .unwrap();
+        workload
+            .set_node_ready(node, true, Some("v1.33.0"), &[])
+            .await
+            .unwrap();
+    }
+    env.machine("cp-0", "KubeadmControlPlane", Some("cp-0"), json!({}))
+        .await;
+    env.machine("w-0", "MachineSet", Some("w-0"), json!({}))
+        .await;
+    env.create(
+        &env.machines(),
+        json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+               "metadata": {"name": "far-0", "namespace": NS, "labels": {"cluster.x-k8s.io/cluster-name": UNREACHABLE}},
+               "spec": {"clusterName": UNREACHABLE, "bootstrap": {}, "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "Metal3Machine", "name": "far-0"}}}),
+    )
+    .await;
+    env.machines()
+        .patch_status(
+            "far-0",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": {"nodeRef": {"name": "far-0"}}})),
+        )
+        .await
+        .unwrap();
+    let check = |name: &str, cluster: &str| {
+        json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2",
+            "kind": "MachineHealthCheck",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {
+                "clusterName": cluster,
+                "selector": {"matchLabels": {"cluster.x-k8s.io/cluster-name": cluster}},
+                "checks": {
+                    "nodeStartupTimeoutSeconds": 600,
+                    "unhealthyNodeConditions": [
+                        {"type": "Ready", "status": "False", "timeoutSeconds": TIMEOUT_SECONDS},
+                        {"type": "Ready", "status": "Unknown", "timeoutSeconds": TIMEOUT_SECONDS},
+                    ],
+                },
+            },
+        })
+    };
+    env.create(&env.checks(), check("far", UNREACHABLE)).await;
+    env.create(&env.checks(), check("workers", CLUSTER)).await;
+
+    // Both Machines judged healthy, the Nodes watched; the other cluster's watch keeps failing.
+    for machine in ["cp-0", "w-0"] {
+        eventually("the Machine to be judged healthy", || async {
+            env.machine_condition(machine, "HealthCheckSucceeded")
+                .await
+                .filter(|c| c["status"] == "True")
+        })
+        .await;
+    }
+    let key = ClusterKey::new(NS, CLUSTER);
+    let far = ClusterKey::new(NS, UNREACHABLE);
+    eventually("the Nodes to be watched", || async {
+        env.watches.is_watching(&key).then_some(())
+    })
+    .await;
+    eventually("the unreachable cluster's watch to retry", || async {
+        matches!(
+            env.watches.state(&far),
+            Some(WatchState::Connecting { attempt, .. }) if attempt >= 2
+        )
+        .then_some(())
+    })
+    .await;
+
+    // The fault.
+    workload
+        .set_node_ready("w-0", false, None, &[])
+        .await
+        .unwrap();
+    workload
+        .set_node_ready("cp-0", false, None, &[])
+        .await
+        .unwrap();
+    let not_ready_since = |node: Node| {
+        let ready = node
+            .status
+            .unwrap()
+            .conditions
+            .unwrap()
+            .into_iter()
+            .find(|c| c.type_ == "Ready")
+            .unwrap();
+        assert_eq!(ready.status, "Unknown");
+        ready
+            .last_transition_time
+            .unwrap()
+            .0
+            .to_string()
+            .parse::<jiff::Timestamp>()
+            .unwrap()
+    };
+    let cp_since = not_ready_since(nodes.get("cp-0").await.unwrap());
+    let w_since = not_ready_since(nodes.get("w-0").await.unwrap());
+    let timeout = jiff::SignedDuration::from_secs(TIMEOUT_SECONDS);
+
+    // The control plane's Machine is marked for its owner once the condition has held for the
+    // timeout, not before.
+    let marked = eventually("cp-0 to be marked for remediation", || async {
+        env.machine_condition("cp-0", "OwnerRemediated").await
+    })
+    .await;
+    assert_eq!(marked["status"], "False");
+    assert_eq!(marked["reason"], "WaitingForRemediation");
+    let unhealthy = env
+        .machine_condition("cp-0", "HealthCheckSucceeded")
+        .await
+        .unwrap();
+    assert_eq!(unhealthy["status"], "False");
+    assert_eq!(unhealthy["reason"], "UnhealthyNode");
+    assert!(
+        timestamp(&unhealthy["lastTransitionTime"]) >= cp_since + timeout,
+        "marked at {} though the Node has been NotReady only since {cp_since}",
+        unhealthy["lastTransitionTime"]
+    );
+    // The MachineSet's Machine is deleted (its set replaces it), after the same wait.
+    eventually("w-0 to be deleted", || async {
+        env.machines()
+            .get_opt("w-0")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let events = Api::<Event>::namespaced(env.management.clone(), NS)
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items;
+    let event_time = |reason: &str, machine: &str| {
+        let event = events
+            .iter()
+            .find(|e| {
+                e.reason.as_deref() == Some(reason)
+                    && e.message.as_deref().is_some_and(|m| m.contains(machine))
+            })
+            .unwrap_or_else(|| {
+                let seen: Vec<_> = events
+                    .iter()
+                    .map(|e| (e.reason.clone(), e.message.clone(), e.series.is_some()))
+                    .collect();
+                panic!("no {reason} Event for {machine}: {seen:?}")
+            });
+        let time = event
+            .event_time
+            .as_ref()
+            .map(|t| t.0.to_string())
+            .or_else(|| event.first_timestamp.as_ref().map(|t| t.0.to_string()))
+            .unwrap();
+        time.parse::<jiff::Timestamp>().unwrap()
+    };
+    // Events of one reason are folded into a series: the first marking is its time.
+    let first_marked = event_time("MachineMarkedUnhealthy", "");
+    let w_remediated = event_time("MachineRemediated", "w-0");
+    assert!(
+        first_marked >= cp_since.min(w_since) + timeout,
+        "{first_marked} < {} + {timeout:?}",
+        cp_since.min(w_since)
+    );
+    assert!(
+        w_remediated >= w_since + timeout,
+        "{w_remediated} < {w_since} + {timeout:?}"
+    );
+
+    // The unreachable cluster blocked nothing; its check says why it judges nothing.
+    let far_status = env.checks().get("far").await.unwrap().data["status"].clone();
+    let allowed = far_status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "RemediationAllowed")
+        .unwrap()
+        .clone();
+    assert_eq!(allowed["reason"], "RemoteConnectionFailed", "{allowed}");
+    assert!(env.machines().get_opt("far-0").await.unwrap().is_some());
+
+    // No check names the unreachable cluster any more: its watch stops.
+    env.checks()
+        .delete("far", &Default::default())
+        .await
+        .unwrap();
+    eventually("the unreachable cluster's watch to stop", || async {
+        env.watches.state(&far).is_none().then_some(())
+    })
+    .await;
+    // The Cluster goes: its watch stops.
+    env.clusters()
+        .delete(CLUSTER, &Default::default())
+        .await
+        .unwrap();
+    eventually("the deleted cluster's watch to stop", || async {
+        env.watches.state(&key).is_none().then_some(())
+    })
+    .await;
+    assert_eq!(env.watches.clusters(), Vec::<ClusterKey>::new());
+    env.stop().await;
+    workload.shutdown.cancel();
 }

@@ -175,6 +175,37 @@ fn the_capi_1_bundle_becomes_a_running_cluster_scales_and_goes_away() {
     assert!(ok, "describe cluster -o json: {json}");
     let description: Value = serde_json::from_str(&json).unwrap();
     assert!(description.is_object(), "{json}");
+    // Certificate expiries: the admin kubeconfig's and, once recorded from their Nodes, each
+    // control-plane Machine's (a year after it joined).
+    let certificates = until(
+        "certificate expiries in describe cluster",
+        Duration::from_secs(120),
+        &log,
+        || {
+            let (ok, json) = capstan(&kc, &["describe", "cluster", "capi-1", "-o", "json"]);
+            if !ok {
+                return Err(json);
+            }
+            let description: Value = serde_json::from_str(&json).map_err(|e| e.to_string())?;
+            let certificates = description["certificates"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            if certificates.len() == 4 {
+                Ok(certificates)
+            } else {
+                Err(format!("{certificates:?}"))
+            }
+        },
+    );
+    assert_eq!(certificates[0]["object"], "Secret/capi-1-kubeconfig");
+    let in_300_days = jiff::Timestamp::now() + jiff::SignedDuration::from_hours(24 * 300);
+    for certificate in &certificates {
+        let expires: jiff::Timestamp = certificate["expires"].as_str().unwrap().parse().unwrap();
+        assert!(expires > in_300_days, "{certificate}");
+    }
+    let (ok, tree) = capstan(&kc, &["describe", "cluster", "capi-1"]);
+    assert!(ok && tree.contains("\nCertificates\n"), "{tree}");
 
     // Workers 1 → 2 (a second host joins the pool) → 1.
     let extra = work.path().join("extra-worker.yaml");

@@ -10,7 +10,12 @@
 //!   never regenerated (nodes already trust it). Two writers racing are settled by the API server's
 //!   name conflict: the loser re-reads the winner's Secret.
 //! - [`ensure_kubeconfig`] writes `<cluster>-kubeconfig` (key `value`): the API endpoint, the cluster
-//!   CA and a `kubernetes-admin` client certificate (`O=system:masters`) signed by that CA.
+//!   CA and a `kubernetes-admin` client certificate (`O=system:masters`) signed by that CA, and
+//!   renews it as Cluster API does: when the client certificate of a kubeconfig Secret the control
+//!   plane owns has less than [`CLIENT_CERTIFICATE_RENEWAL`] (half its one-year validity) left, the
+//!   Secret is rewritten with a new client certificate from the cluster CA. A kubeconfig Secret
+//!   someone else owns (user-provided) is never touched. The old certificate is not revoked: it
+//!   stays valid until it expires, so clients holding it keep working meanwhile.
 //!
 //! Keys are ECDSA P-256 (kubeadm, the API server and etcd accept them; the `ring` backend generates
 //! no RSA keys). CAs are valid ten years and the admin client certificate one year, as kubeadm makes
@@ -39,9 +44,25 @@ pub const TLS_KEY: &str = "tls.key";
 /// Key of the kubeconfig in `<cluster>-kubeconfig`.
 pub const KUBECONFIG_VALUE: &str = "value";
 
+/// How long an admin client certificate is valid (as kubeadm makes them).
+pub const CLIENT_CERTIFICATE_VALIDITY: jiff::SignedDuration =
+    jiff::SignedDuration::from_secs(365 * 24 * 3600);
+/// A kubeconfig's client certificate is renewed when less than this is left of it: half its
+/// validity, as Cluster API's `ClientCertificateRenewalDuration`.
+pub const CLIENT_CERTIFICATE_RENEWAL: jiff::SignedDuration =
+    jiff::SignedDuration::from_secs(365 * 24 * 3600 / 2);
+
 /// Why certificates or the kubeconfig could not be had.
 #[derive(Debug, thiserror::Error)]
 pub enum CertError {
+    #[error(
+        "Secret {namespace}/{name} does not hold a usable kubeconfig ({reason}); delete it to have it regenerated"
+    )]
+    BadKubeconfig {
+        namespace: String,
+        name: String,
+        reason: String,
+    },
     #[error("generating the {what}")]
     Generate {
         what: &'static str,
@@ -224,7 +245,7 @@ pub fn generate(purpose: Purpose) -> Result<KeyMaterial, CertError> {
         });
     }
     let mut params = ca_params(purpose.common_name());
-    set_validity(&mut params, 10);
+    set_validity(&mut params, jiff::Timestamp::now(), 10);
     let cert = params.self_signed(&key).map_err(generate_error)?;
     Ok(KeyMaterial {
         cert: cert.pem(),
@@ -246,15 +267,14 @@ fn ca_params(common_name: &str) -> CertificateParams {
     params
 }
 
-/// The day (UTC) certificates start being valid: yesterday, so a node whose clock is slightly behind
-/// accepts them.
-fn validity_start() -> (i32, u8, u8) {
-    ymd(jiff::Timestamp::now() - jiff::SignedDuration::from_hours(24))
+/// The day (UTC) certificates issued at `now` start being valid: the day before, so a node whose
+/// clock is slightly behind accepts them.
+fn validity_start(now: jiff::Timestamp) -> (i32, u8, u8) {
+    ymd(now - jiff::SignedDuration::from_hours(24))
 }
 
-/// The day (UTC) `years` from now.
-fn validity_end(years: i64) -> (i32, u8, u8) {
-    let now = jiff::Timestamp::now();
+/// The day (UTC) `years` after `now`.
+fn validity_end(now: jiff::Timestamp, years: i64) -> (i32, u8, u8) {
     let end = now
         .to_zoned(jiff::tz::TimeZone::UTC)
         .checked_add(jiff::Span::new().years(years))
@@ -268,18 +288,29 @@ fn ymd(at: jiff::Timestamp) -> (i32, u8, u8) {
     (i32::from(date.year()), date.month() as u8, date.day() as u8)
 }
 
-fn set_validity(params: &mut CertificateParams, years: i64) {
-    let (y, m, d) = validity_start();
+fn set_validity(params: &mut CertificateParams, now: jiff::Timestamp, years: i64) {
+    let (y, m, d) = validity_start(now);
     params.not_before = rcgen::date_time_ymd(y, m, d);
-    let (y, m, d) = validity_end(years);
+    let (y, m, d) = validity_end(now, years);
     params.not_after = rcgen::date_time_ymd(y, m, d);
 }
 
-/// A client certificate for `common_name` in `organization`, signed by `ca`, valid one year.
+/// A client certificate for `common_name` in `organization`, signed by `ca`, valid one year from
+/// now.
 pub fn client_certificate(
     ca: &KeyMaterial,
     common_name: &str,
     organization: Option<&str>,
+) -> Result<KeyMaterial, CertError> {
+    client_certificate_issued_at(ca, common_name, organization, jiff::Timestamp::now())
+}
+
+/// [`client_certificate`] as if issued at `issued` (valid from the day before to a year after).
+pub fn client_certificate_issued_at(
+    ca: &KeyMaterial,
+    common_name: &str,
+    organization: Option<&str>,
+    issued: jiff::Timestamp,
 ) -> Result<KeyMaterial, CertError> {
     let generate_error = |source| CertError::Generate {
         what: "client certificate",
@@ -301,7 +332,7 @@ pub fn client_certificate(
     ];
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
     params.use_authority_key_identifier_extension = true;
-    set_validity(&mut params, 1);
+    set_validity(&mut params, issued, 1);
     let cert = params.signed_by(&key, &issuer).map_err(generate_error)?;
     Ok(KeyMaterial {
         cert: cert.pem(),
@@ -520,8 +551,79 @@ pub fn server_url(host: &str, port: u16) -> String {
     }
 }
 
-/// Writes `<cluster>-kubeconfig` unless it exists (an existing one is kept: its client certificate
-/// is still signed by the same CA).
+/// When the certificate in `pem` (the first PEM block) expires.
+pub fn certificate_expiry(pem: &[u8]) -> Result<jiff::Timestamp, String> {
+    let (_, block) = x509_parser::pem::parse_x509_pem(pem)
+        .map_err(|e| format!("the certificate is not PEM ({e})"))?;
+    let certificate = block
+        .parse_x509()
+        .map_err(|e| format!("the certificate is not X.509 ({e})"))?;
+    jiff::Timestamp::from_second(certificate.validity().not_after.timestamp())
+        .map_err(|e| format!("the certificate's notAfter is out of range ({e})"))
+}
+
+/// When the first of a kubeconfig's client certificates expires; `None` when it authenticates
+/// without one (a token). The error says what is wrong without quoting the kubeconfig.
+pub fn kubeconfig_client_expiry(bytes: &[u8]) -> Result<Option<jiff::Timestamp>, String> {
+    let text = std::str::from_utf8(bytes).map_err(|_| "it is not UTF-8 text".to_owned())?;
+    let config = kube::config::Kubeconfig::from_yaml(text)
+        .map_err(|e| format!("it is not a kubeconfig ({e})"))?;
+    let mut earliest: Option<jiff::Timestamp> = None;
+    for user in &config.auth_infos {
+        let Some(data) = user
+            .auth_info
+            .as_ref()
+            .and_then(|a| a.client_certificate_data.as_deref())
+        else {
+            continue;
+        };
+        let pem = base64::engine::general_purpose::STANDARD
+            .decode(data.trim())
+            .map_err(|_| format!("user {}: client-certificate-data is not base64", user.name))?;
+        let expiry = certificate_expiry(&pem).map_err(|e| format!("user {}: {e}", user.name))?;
+        earliest = Some(earliest.map_or(expiry, |e| e.min(expiry)));
+    }
+    Ok(earliest)
+}
+
+/// Whether a client certificate expiring at `expiry` is due for renewal at `now`.
+pub fn renewal_due(expiry: jiff::Timestamp, now: jiff::Timestamp) -> bool {
+    expiry.duration_since(now) < CLIENT_CERTIFICATE_RENEWAL
+}
+
+/// What [`ensure_kubeconfig`] found and did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KubeconfigOutcome {
+    /// Written now (it did not exist); its client certificate expires then.
+    Created { expires: jiff::Timestamp },
+    /// Kept; its client certificate expires then (`None`: it has none).
+    Kept { expires: Option<jiff::Timestamp> },
+    /// Its client certificate was due for renewal and was replaced.
+    Renewed {
+        previous: jiff::Timestamp,
+        expires: jiff::Timestamp,
+    },
+    /// Someone else owns it (a user-provided kubeconfig): never renewed.
+    NotOwned,
+}
+
+/// Whether `secret` is owned by a KubeadmControlPlane (so renewing it is ours to do).
+fn owned_by_control_plane(secret: &Secret) -> bool {
+    secret
+        .metadata
+        .owner_references
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .any(|o| {
+            o.kind == "KubeadmControlPlane"
+                && o.api_version.starts_with("controlplane.cluster.x-k8s.io/")
+        })
+}
+
+/// Writes `<cluster>-kubeconfig` unless it exists, and renews the client certificate of one the
+/// control plane owns when it is due at `now` ([`renewal_due`]): the Secret is rewritten (guarded
+/// by its resourceVersion) with the same server and a new client certificate signed by `ca`.
 pub async fn ensure_kubeconfig(
     client: &Client,
     namespace: &str,
@@ -529,36 +631,128 @@ pub async fn ensure_kubeconfig(
     server: &str,
     ca: &KeyMaterial,
     owner: Option<OwnerReference>,
-) -> Result<(), CertError> {
+    now: jiff::Timestamp,
+) -> Result<KubeconfigOutcome, CertError> {
     let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let name = format!("{cluster}-kubeconfig");
-    if api
+    let existing = api
         .get_opt(&name)
         .await
-        .map_err(api_error("reading", namespace, &name))?
-        .is_some()
-    {
-        return Ok(());
+        .map_err(api_error("reading", namespace, &name))?;
+    let issue = || -> Result<(KeyMaterial, jiff::Timestamp), CertError> {
+        let admin =
+            client_certificate_issued_at(ca, "kubernetes-admin", Some("system:masters"), now)?;
+        let expires = certificate_expiry(admin.cert.as_bytes()).map_err(|reason| {
+            CertError::BadKubeconfig {
+                namespace: namespace.to_owned(),
+                name: name.clone(),
+                reason,
+            }
+        })?;
+        Ok((admin, expires))
+    };
+    let Some(existing) = existing else {
+        let (admin, expires) = issue()?;
+        let secret = cluster_secret(
+            &name,
+            namespace,
+            cluster,
+            owner,
+            BTreeMap::from([(
+                KUBECONFIG_VALUE.to_owned(),
+                kubeconfig(cluster, server, ca, &admin).into_bytes(),
+            )]),
+        );
+        create_or_get(&api, &secret).await?;
+        tracing::info!(namespace, cluster, secret = %name, "wrote the admin kubeconfig");
+        return Ok(KubeconfigOutcome::Created { expires });
+    };
+    if !owned_by_control_plane(&existing) {
+        return Ok(KubeconfigOutcome::NotOwned);
     }
-    let admin = client_certificate(ca, "kubernetes-admin", Some("system:masters"))?;
-    let secret = cluster_secret(
+    let bytes = secret_value(&existing, KUBECONFIG_VALUE, namespace)?;
+    let bad = |reason| CertError::BadKubeconfig {
+        namespace: namespace.to_owned(),
+        name: name.clone(),
+        reason,
+    };
+    let Some(previous) = kubeconfig_client_expiry(bytes).map_err(bad)? else {
+        return Ok(KubeconfigOutcome::Kept { expires: None });
+    };
+    if !renewal_due(previous, now) {
+        return Ok(KubeconfigOutcome::Kept {
+            expires: Some(previous),
+        });
+    }
+    let (admin, expires) = issue()?;
+    let value = kubeconfig(cluster, server, ca, &admin);
+    let patch = serde_json::json!({
+        "metadata": {"resourceVersion": existing.metadata.resource_version},
+        "data": {KUBECONFIG_VALUE: base64::engine::general_purpose::STANDARD.encode(value)},
+    });
+    api.patch(
         &name,
-        namespace,
-        cluster,
-        owner,
-        BTreeMap::from([(
-            KUBECONFIG_VALUE.to_owned(),
-            kubeconfig(cluster, server, ca, &admin).into_bytes(),
-        )]),
-    );
-    create_or_get(&api, &secret).await?;
-    tracing::info!(namespace, cluster, secret = %name, "wrote the admin kubeconfig");
-    Ok(())
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&patch),
+    )
+    .await
+    .map_err(api_error("renewing", namespace, &name))?;
+    tracing::info!(namespace, cluster, secret = %name, previous = %previous, expires = %expires, "renewed the admin kubeconfig's client certificate");
+    Ok(KubeconfigOutcome::Renewed { previous, expires })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kubeconfig_renewal_is_due_with_half_a_year_left() {
+        let ca = generate(Purpose::ClusterCa).unwrap();
+        let issued: jiff::Timestamp = "2026-03-10T12:00:00Z".parse().unwrap();
+        let admin =
+            client_certificate_issued_at(&ca, "kubernetes-admin", Some("system:masters"), issued)
+                .unwrap();
+        let text = kubeconfig("c", "https://192.0.2.10:6443", &ca, &admin);
+        let expires = kubeconfig_client_expiry(text.as_bytes()).unwrap().unwrap();
+        assert_eq!(expires, "2027-03-10T00:00:00Z".parse().unwrap());
+        let day = jiff::SignedDuration::from_hours(24);
+        assert!(!renewal_due(expires, issued));
+        // 184.5 days left: kept; 181.5 days left: renewed (the line is 182.5 days).
+        assert!(!renewal_due(expires, issued + day * 180));
+        assert!(renewal_due(expires, issued + day * 183));
+        assert!(renewal_due(expires, expires + day));
+    }
+
+    #[test]
+    fn kubeconfig_expiry_reads_every_user_and_never_echoes_the_kubeconfig() {
+        let ca = generate(Purpose::ClusterCa).unwrap();
+        let early =
+            client_certificate_issued_at(&ca, "a", None, "2026-01-01T00:00:00Z".parse().unwrap())
+                .unwrap();
+        let late = client_certificate(&ca, "b", None).unwrap();
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        let two_users = format!(
+            "apiVersion: v1\nkind: Config\nusers:\n- name: a\n  user:\n    client-certificate-data: {}\n- name: b\n  user:\n    client-certificate-data: {}\n- name: t\n  user:\n    token: hunter2\n",
+            b64(&late.cert),
+            b64(&early.cert)
+        );
+        assert_eq!(
+            kubeconfig_client_expiry(two_users.as_bytes()).unwrap(),
+            "2027-01-01T00:00:00Z".parse().ok()
+        );
+        let token_only =
+            "apiVersion: v1\nkind: Config\nusers:\n- name: t\n  user:\n    token: hunter2\n";
+        assert_eq!(
+            kubeconfig_client_expiry(token_only.as_bytes()).unwrap(),
+            None
+        );
+        let broken = "apiVersion: v1\nkind: Config\nusers:\n- name: t\n  user:\n    client-certificate-data: aHVudGVyMg==\n";
+        let err = kubeconfig_client_expiry(broken.as_bytes()).unwrap_err();
+        assert!(
+            !err.contains("hunter2") && !err.contains("aHVudGVyMg"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn key_material_debug_hides_the_key() {

@@ -2,7 +2,9 @@
 //!
 //! One pass, one change at a time:
 //! 1. Find the Cluster whose `spec.controlPlaneRef` names this control plane; ensure the cluster's
-//!    certificates and, once the Cluster has a `controlPlaneEndpoint`, the admin kubeconfig.
+//!    certificates and, once the Cluster has a `controlPlaneEndpoint`, the admin kubeconfig, whose
+//!    client certificate is renewed when less than half of its year is left
+//!    ([`certs::ensure_kubeconfig`]); its expiry is recorded in [`ANNOTATION_KUBECONFIG_EXPIRY`].
 //! 2. List its Machines (labels `cluster.x-k8s.io/cluster-name`, `cluster.x-k8s.io/control-plane`,
 //!    `cluster.x-k8s.io/control-plane-name`) and make sure each has its KubeadmConfig and infra
 //!    machine (same name, owned by the Machine): the Machine is created first, so a restart between
@@ -12,8 +14,11 @@
 //! 4. Decide: no Machine → create the first (init configuration); not initialised, or a Machine not
 //!    ready (no `nodeRef`) or being deleted → wait; a Machine a MachineHealthCheck handed over
 //!    (`OwnerRemediated` False) → remove it (never the last one; the scale-up replaces it);
-//!    outdated Machines (version, the hash of the kubeadm config spec and machine template, or
-//!    created before a passed `spec.rollout.after`) → roll: create while below `replicas + maxSurge`,
+//!    outdated Machines (version, the hash of the kubeadm config spec and machine template,
+//!    created before a passed `spec.rollout.after`, or certificates expiring within
+//!    `spec.rollout.before.certificatesExpiryDays` — v1beta1 `rolloutBefore` — by
+//!    [`ANNOTATION_CERTIFICATES_EXPIRY`], recorded on each Machine's KubeadmConfig once it has a
+//!    Node) → roll: create while below `replicas + maxSurge`,
 //!    else remove the oldest outdated (maxSurge 0: remove first, then create); otherwise scale to
 //!    `replicas` (join one at a time, remove the oldest first).
 //! 5. Removing a Machine: refuse when the etcd members left would be fewer than a quorum of the
@@ -63,6 +68,18 @@ pub const LABEL_CONTROL_PLANE_NAME: &str = "cluster.x-k8s.io/control-plane-name"
 pub const ANNOTATION_SPEC_HASH: &str = "controlplane.capstan.io/spec-hash";
 /// Annotation on Machines: `init` for the Machine that runs `kubeadm init`, else `join`.
 pub const ANNOTATION_ROLE: &str = "controlplane.capstan.io/kubeadm-role";
+/// Annotation with when a control-plane machine's certificates expire (RFC 3339), as Cluster API
+/// records it: on the Machine's KubeadmConfig, written by this controller (the Node's registration,
+/// when `kubeadm init|join` made the certificates, plus [`NODE_CERTIFICATE_VALIDITY`]); on the
+/// Machine itself only as a user's override, which wins.
+pub const ANNOTATION_CERTIFICATES_EXPIRY: &str = "machine.cluster.x-k8s.io/certificates-expiry";
+/// Annotation on a KubeadmControlPlane: when the client certificate of the admin kubeconfig
+/// (`<cluster>-kubeconfig`) expires (RFC 3339), so it can be shown without reading the Secret.
+pub const ANNOTATION_KUBECONFIG_EXPIRY: &str =
+    "controlplane.capstan.io/kubeconfig-certificate-expiry";
+/// How long the certificates kubeadm makes on a node are valid.
+pub const NODE_CERTIFICATE_VALIDITY: jiff::SignedDuration =
+    jiff::SignedDuration::from_secs(365 * 24 * 3600);
 /// How often a control plane that is changing is looked at again (the workload cluster and etcd are
 /// not watched).
 const PROGRESS: Duration = Duration::from_secs(5);
@@ -172,6 +189,8 @@ struct Member {
     deleting: bool,
     /// A MachineHealthCheck asked the owner to remediate it (`OwnerRemediated` False).
     unhealthy: bool,
+    /// Its certificates expire within `rollout.before.certificatesExpiryDays`.
+    certificates_expiring: bool,
 }
 
 impl Member {
@@ -285,6 +304,129 @@ fn decide(members: &[Member], replicas: i64, surge: i64, initialized: bool) -> S
         return oldest(false).map_or(Step::Settled, Step::Remove);
     }
     Step::Settled
+}
+
+/// When a Machine's certificates expire: its own annotation (a user's override) else its
+/// KubeadmConfig's; `None` when neither is set or parses.
+pub fn certificates_expiry(
+    machine_annotation: Option<&str>,
+    config_annotation: Option<&str>,
+) -> Option<jiff::Timestamp> {
+    machine_annotation
+        .and_then(|t| t.parse().ok())
+        .or_else(|| config_annotation.and_then(|t| t.parse().ok()))
+}
+
+/// Whether certificates expiring at `expiry` expire within `days` days of `now`.
+pub fn certificates_expire_within(
+    expiry: jiff::Timestamp,
+    now: jiff::Timestamp,
+    days: i64,
+) -> bool {
+    expiry < now + jiff::SignedDuration::from_hours(days.saturating_mul(24))
+}
+
+/// `spec.rollout.before.certificatesExpiryDays`, when set and positive.
+fn certificates_expiry_days(spec: &Value) -> Option<i64> {
+    spec.pointer("/rollout/before/certificatesExpiryDays")
+        .and_then(Value::as_i64)
+        .filter(|d| *d > 0)
+}
+
+/// RFC 3339 at whole seconds, as annotations carry times.
+fn rfc3339(at: jiff::Timestamp) -> String {
+    at.round(jiff::Unit::Second).unwrap_or(at).to_string()
+}
+
+impl ControlPlaneController {
+    /// Records on the KubeadmConfig of each Machine that has a Node and no known certificate
+    /// expiry when its certificates expire: the Node's registration (right after `kubeadm
+    /// init|join` made them) plus [`NODE_CERTIFICATE_VALIDITY`]. Returns the expiry of each Machine
+    /// by name, recorded before or now.
+    async fn certificate_expiries(
+        &self,
+        client: &Client,
+        members: &[Member],
+        selector: &str,
+        namespace: &str,
+        key: &ClusterKey,
+    ) -> Result<std::collections::HashMap<String, jiff::Timestamp>, BootstrapError> {
+        let configs: Api<DynamicObject> = Api::namespaced_with(
+            client.clone(),
+            namespace,
+            &crate::bootstrap::kubeadm_config_resource(),
+        );
+        let listed = configs
+            .list(&ListParams::default().labels(selector))
+            .await
+            .map_err(api_error("listing", "KubeadmConfig", namespace, ""))?
+            .items;
+        let mut expiries = std::collections::HashMap::new();
+        let mut workload: Option<Client> = None;
+        for member in members.iter().filter(|m| !m.deleting) {
+            let name = member.machine.name_any();
+            let config_name = member
+                .machine
+                .spec
+                .bootstrap
+                .config_ref
+                .as_ref()
+                .map_or_else(|| name.clone(), |r| r.name.clone());
+            let config = listed.iter().find(|c| c.name_any() == config_name);
+            let known = certificates_expiry(
+                member
+                    .machine
+                    .annotations()
+                    .get(ANNOTATION_CERTIFICATES_EXPIRY)
+                    .map(String::as_str),
+                config
+                    .and_then(|c| c.annotations().get(ANNOTATION_CERTIFICATES_EXPIRY))
+                    .map(String::as_str),
+            );
+            if let Some(expiry) = known {
+                expiries.insert(name, expiry);
+                continue;
+            }
+            let (Some(node), Some(_)) = (member.node(), config) else {
+                continue;
+            };
+            if workload.is_none() {
+                let Some(access) = &self.settings.workloads else {
+                    break;
+                };
+                match access.client(key).await {
+                    Ok(c) => workload = Some(c),
+                    // Recorded on a later pass, once the workload API answers.
+                    Err(_) => break,
+                }
+            }
+            let Some(workload) = &workload else { break };
+            let Ok(Some(registered)) =
+                Api::<k8s_openapi::api::core::v1::Node>::all(workload.clone())
+                    .get_opt(&node)
+                    .await
+                    .map(|n| n.and_then(|n| n.metadata.creation_timestamp))
+            else {
+                continue;
+            };
+            let Ok(registered) = registered.0.to_string().parse::<jiff::Timestamp>() else {
+                continue;
+            };
+            let expiry = registered + NODE_CERTIFICATE_VALIDITY;
+            let patch = json!({"metadata": {"annotations": {ANNOTATION_CERTIFICATES_EXPIRY: rfc3339(expiry)}}});
+            configs
+                .patch(&config_name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(api_error(
+                    "annotating",
+                    "KubeadmConfig",
+                    namespace,
+                    &config_name,
+                ))?;
+            expiries.insert(name, expiry);
+        }
+        Ok(expiries)
+    }
 }
 
 impl ControlPlaneController {
@@ -794,15 +936,52 @@ impl Reconciler for ControlPlaneController {
                 .ok()
                 .filter(|p| *p != 0)
                 .unwrap_or(6443);
-            certs::ensure_kubeconfig(
+            let outcome = certs::ensure_kubeconfig(
                 client,
                 &namespace,
                 &cluster_name,
                 &certs::server_url(&endpoint.host, port),
                 &certificates.cluster_ca,
                 Some(owner),
+                jiff::Timestamp::now(),
             )
             .await?;
+            let expires = match outcome {
+                certs::KubeconfigOutcome::Created { expires } => Some(expires),
+                certs::KubeconfigOutcome::Kept { expires } => expires,
+                certs::KubeconfigOutcome::Renewed { previous, expires } => {
+                    // Clients cached from the old kubeconfig are rebuilt from the new one.
+                    if let Some(workloads) = &self.settings.workloads {
+                        workloads.forget(&key);
+                    }
+                    context
+                        .publish(
+                            &*kcp,
+                            EventType::Normal,
+                            "KubeconfigCertificateRenewed",
+                            "RenewCertificates",
+                            format!(
+                                "renewed the client certificate of Secret {cluster_name}-kubeconfig, which expires at {}; the new one expires at {}",
+                                rfc3339(previous),
+                                rfc3339(expires)
+                            ),
+                        )
+                        .await;
+                    Some(expires)
+                }
+                certs::KubeconfigOutcome::NotOwned => None,
+            };
+            let recorded = kcp.annotations().get(ANNOTATION_KUBECONFIG_EXPIRY).cloned();
+            let wanted = expires.map(rfc3339);
+            if recorded != wanted {
+                raw.patch(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(&json!({"metadata": {"annotations": {ANNOTATION_KUBECONFIG_EXPIRY: wanted}}})),
+                )
+                .await
+                .map_err(api_error("annotating", "KubeadmControlPlane", &namespace, &name))?;
+            }
         }
 
         let machines: Api<Machine> = Api::namespaced(client.clone(), &namespace);
@@ -821,7 +1000,7 @@ impl Reconciler for ControlPlaneController {
             .and_then(Value::as_str)
             .and_then(|t| t.parse::<jiff::Timestamp>().ok())
             .filter(|after| *after <= jiff::Timestamp::now());
-        let members: Vec<Member> = listed
+        let mut members: Vec<Member> = listed
             .into_iter()
             .map(|machine| Member {
                 ready: machine
@@ -844,9 +1023,28 @@ impl Reconciler for ControlPlaneController {
                     .as_ref()
                     .and_then(|s| conditions::get(&s.conditions, "OwnerRemediated"))
                     .is_some_and(|c| c.status == FALSE),
+                certificates_expiring: false,
                 machine,
             })
             .collect();
+        // Certificates: recorded once a Machine has a Node; with
+        // `rollout.before.certificatesExpiryDays`, a Machine whose certificates expire within that
+        // many days is outdated.
+        let expiries = self
+            .certificate_expiries(client, &members, &selector, &namespace, &key)
+            .await?;
+        if let Some(days) = certificates_expiry_days(&spec) {
+            let now = jiff::Timestamp::now();
+            for member in &mut members {
+                if expiries
+                    .get(&member.machine.name_any())
+                    .is_some_and(|e| certificates_expire_within(*e, now, days))
+                {
+                    member.certificates_expiring = true;
+                    member.up_to_date = false;
+                }
+            }
+        }
         let mut problem: Option<(&'static str, String)> = None;
         // A Machine with a Node had its config and infra machine; only the others are checked.
         for member in members.iter().filter(|m| !m.deleting && !m.ready) {
@@ -1043,11 +1241,21 @@ impl Reconciler for ControlPlaneController {
                     "RollingOut",
                     TRUE,
                     "RollingOut",
-                    format!(
-                        "{} of {} Machines are not up to date",
-                        live.len() - usize::try_from(up_to_date).unwrap_or(0),
-                        live.len()
-                    ),
+                    {
+                        let expiring = live.iter().filter(|m| m.certificates_expiring).count();
+                        let mut message = format!(
+                            "{} of {} Machines are not up to date",
+                            live.len() - usize::try_from(up_to_date).unwrap_or(0),
+                            live.len()
+                        );
+                        if expiring > 0 {
+                            message.push_str(&format!(
+                                " ({expiring} with certificates expiring within {} days)",
+                                certificates_expiry_days(&spec).unwrap_or_default()
+                            ));
+                        }
+                        message
+                    },
                     generation,
                 )
             } else {
@@ -1178,7 +1386,42 @@ mod tests {
             up_to_date,
             deleting: false,
             unhealthy: false,
+            certificates_expiring: false,
         }
+    }
+
+    #[test]
+    fn certificate_expiry_prefers_the_machine_override_and_counts_days_from_the_clock() {
+        let config = "2027-03-10T00:00:00Z";
+        let machine = "2026-12-01T00:00:00Z";
+        assert_eq!(
+            certificates_expiry(Some(machine), Some(config)),
+            machine.parse().ok()
+        );
+        assert_eq!(certificates_expiry(None, Some(config)), config.parse().ok());
+        assert_eq!(
+            certificates_expiry(Some("not a time"), Some(config)),
+            config.parse().ok()
+        );
+        assert_eq!(certificates_expiry(None, None), None);
+        let expiry: jiff::Timestamp = config.parse().unwrap();
+        let day = jiff::SignedDuration::from_hours(24);
+        // certificatesExpiryDays 21: rolled from 21 days before the expiry, not a second earlier.
+        assert!(!certificates_expire_within(expiry, expiry - day * 22, 21));
+        assert!(!certificates_expire_within(expiry, expiry - day * 21, 21));
+        assert!(certificates_expire_within(
+            expiry,
+            expiry - day * 21 + jiff::SignedDuration::from_secs(1),
+            21
+        ));
+        assert!(certificates_expire_within(expiry, expiry + day, 21));
+        assert_eq!(
+            certificates_expiry_days(
+                &json!({"rollout": {"before": {"certificatesExpiryDays": 21}}})
+            ),
+            Some(21)
+        );
+        assert_eq!(certificates_expiry_days(&json!({"rollout": {}})), None);
     }
 
     #[test]

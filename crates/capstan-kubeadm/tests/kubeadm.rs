@@ -1258,3 +1258,335 @@ async fn machine_handed_over_for_remediation_is_replaced() {
     assert_eq!(env.inits("c6").len(), 1);
     env.stop_controllers().await;
 }
+
+fn annotation(object: &DynamicObject, key: &str) -> Option<String> {
+    object.annotations().get(key).cloned()
+}
+
+/// `rollout.before.certificatesExpiryDays`: each control-plane Machine's certificate expiry is
+/// recorded on its KubeadmConfig from its Node's registration (plus a year); a Machine whose
+/// certificates expire within the days (here by the Machine annotation, the user's override, as
+/// the test cannot wait a year) is rolled out like an outdated one, and only that one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificates_expiring_within_the_days_roll_the_machine_out() {
+    use capstan_kubeadm::controlplane::{
+        ANNOTATION_CERTIFICATES_EXPIRY, NODE_CERTIFICATE_VALIDITY,
+    };
+    let mut env = Env::start().await;
+    env.start_controllers();
+    env.cluster("c8", Some("c8-cp")).await;
+    env.kcp("c8-cp", "c8", 3, "v1.31.2", 1).await;
+    env.patch(
+        &kcps_r(),
+        "c8-cp",
+        json!({"spec": {"rollout": {"before": {"certificatesExpiryDays": 21}}}}),
+    )
+    .await;
+    env.converge("three Machines", || settled(&env, "c8-cp", 3, "v1.31.2"))
+        .await;
+    let before: BTreeSet<String> = env
+        .kcp_machines("c8-cp")
+        .await
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect();
+    // The nodes register (the test's nodes are named after their Machines).
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(env.workload.clone());
+    let mut registered = BTreeMap::new();
+    for name in &before {
+        let node = nodes
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": name}})).unwrap(),
+            )
+            .await
+            .unwrap();
+        let created: jiff::Timestamp = node
+            .metadata
+            .creation_timestamp
+            .unwrap()
+            .0
+            .to_string()
+            .parse()
+            .unwrap();
+        registered.insert(name.clone(), created);
+    }
+    // A Node change is not watched by the control plane: a spec-neutral touch wakes it.
+    env.patch(
+        &kcps_r(),
+        "c8-cp",
+        json!({"metadata": {"annotations": {"test/touch": "1"}}}),
+    )
+    .await;
+    env.converge("the expiries to be recorded", || async {
+        let configs = env
+            .api(&configs_r())
+            .list(&ListParams::default().labels("cluster.x-k8s.io/control-plane-name=c8-cp"))
+            .await
+            .unwrap()
+            .items;
+        configs.len() == 3
+            && configs
+                .iter()
+                .all(|c| annotation(c, ANNOTATION_CERTIFICATES_EXPIRY).is_some())
+    })
+    .await;
+    for name in &before {
+        let config = env.api(&configs_r()).get(name).await.unwrap();
+        let recorded: jiff::Timestamp = annotation(&config, ANNOTATION_CERTIFICATES_EXPIRY)
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(
+            recorded,
+            registered[name] + NODE_CERTIFICATE_VALIDITY,
+            "{name}"
+        );
+    }
+    // A year left on each: nothing rolls.
+    assert!(settled(&env, "c8-cp", 3, "v1.31.2").await);
+
+    // One Machine's certificates expire in 10 days.
+    let expiring = before.iter().next().unwrap().clone();
+    let soon = (jiff::Timestamp::now() + jiff::SignedDuration::from_hours(24 * 10))
+        .round(jiff::Unit::Second)
+        .unwrap()
+        .to_string();
+    env.patch(
+        &machines_r(),
+        &expiring,
+        json!({"metadata": {"annotations": {ANNOTATION_CERTIFICATES_EXPIRY: soon}}}),
+    )
+    .await;
+    let saw_reason = std::sync::atomic::AtomicBool::new(false);
+    env.converge("the expiring Machine to be replaced", || async {
+        let rolling = env.kcp_status("c8-cp").await["conditions"]
+            .as_array()
+            .is_some_and(|c| {
+                c.iter().any(|c| {
+                    c["type"] == "RollingOut"
+                        && c["message"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .contains("1 with certificates expiring within 21 days")
+                })
+            });
+        if rolling {
+            saw_reason.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        let names: BTreeSet<String> = env
+            .kcp_machines("c8-cp")
+            .await
+            .iter()
+            .map(ResourceExt::name_any)
+            .collect();
+        !names.contains(&expiring) && settled(&env, "c8-cp", 3, "v1.31.2").await
+    })
+    .await;
+    assert!(
+        saw_reason.load(std::sync::atomic::Ordering::Relaxed),
+        "RollingOut named the certificates"
+    );
+    let after: BTreeSet<String> = env
+        .kcp_machines("c8-cp")
+        .await
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect();
+    assert_eq!(
+        before.intersection(&after).count(),
+        2,
+        "only the expiring Machine was replaced: {before:?} → {after:?}"
+    );
+    env.stop_controllers().await;
+}
+
+/// The admin kubeconfig's client certificate is renewed once less than half of its year is left:
+/// the workload API (a simulated cluster serving HTTPS with the cluster CA) accepts the old
+/// certificate until then and the new one after; a kubeconfig Secret the control plane does not
+/// own is left alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn near_expiry_kubeconfig_is_renewed_and_both_certificates_work() {
+    use capstan_kubeadm::certs::{self, KeyMaterial};
+    use capstan_kubeadm::controlplane::ANNOTATION_KUBECONFIG_EXPIRY;
+    use k8s_openapi::api::core::v1::Namespace;
+    let mut env = Env::start().await;
+    env.start_controllers();
+    env.cluster("c9", Some("c9-cp")).await;
+    env.kcp("c9-cp", "c9", 1, "v1.31.2", 1).await;
+    let b64 = |text: &str| {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(text)
+    };
+    let value_of =
+        |secret: Secret| String::from_utf8(secret.data.unwrap()["value"].0.clone()).unwrap();
+    env.converge("the kubeconfig", || async {
+        env.secret("c9-kubeconfig").await.is_some()
+    })
+    .await;
+    let first = value_of(env.secret("c9-kubeconfig").await.unwrap());
+    let ca_secret = env.secret("c9-ca").await.unwrap().data.unwrap();
+    let ca = KeyMaterial {
+        cert: String::from_utf8(ca_secret["tls.crt"].0.clone()).unwrap(),
+        key: String::from_utf8(ca_secret["tls.key"].0.clone()).unwrap(),
+    };
+    let fresh = certs::kubeconfig_client_expiry(first.as_bytes())
+        .unwrap()
+        .unwrap();
+    assert!(!certs::renewal_due(fresh, jiff::Timestamp::now()));
+
+    // The workload API, served over HTTPS with a certificate from the cluster CA.
+    let workload = capstan_sim::workload::SimCluster::start(ClusterKey::new(NS, "c9"), None)
+        .await
+        .unwrap();
+    assert!(
+        capstan_sim::listener::ensure(
+            &env.client,
+            &workload,
+            capstan_sim::listener::Bind::AnyLoopbackPort
+        )
+        .await
+        .unwrap()
+    );
+    let url = workload.url().unwrap();
+    let works = |kubeconfig: String| {
+        let url = url.clone();
+        async move {
+            let kubeconfig = kubeconfig.replace("https://192.0.2.10:6443", &url);
+            let client = capstan_workload::client_from_kubeconfig_bytes(kubeconfig.as_bytes())
+                .await
+                .unwrap();
+            Api::<Namespace>::all(client)
+                .list(&ListParams::default())
+                .await
+                .is_ok()
+        }
+    };
+    assert!(works(first.clone()).await);
+    // A certificate from another CA is refused: the check is real.
+    let stranger_ca = certs::generate(certs::Purpose::ClusterCa).unwrap();
+    let stranger =
+        certs::client_certificate(&stranger_ca, "kubernetes-admin", Some("system:masters"))
+            .unwrap();
+    assert!(
+        !works(certs::kubeconfig(
+            "c9",
+            "https://192.0.2.10:6443",
+            &ca,
+            &stranger
+        ))
+        .await
+    );
+
+    // 300 days into its year: 65 days left, inside the renewal window, still valid.
+    let old = certs::client_certificate_issued_at(
+        &ca,
+        "kubernetes-admin",
+        Some("system:masters"),
+        jiff::Timestamp::now() - jiff::SignedDuration::from_hours(24 * 300),
+    )
+    .unwrap();
+    let old_kubeconfig = certs::kubeconfig("c9", "https://192.0.2.10:6443", &ca, &old);
+    let old_expiry = certs::kubeconfig_client_expiry(old_kubeconfig.as_bytes())
+        .unwrap()
+        .unwrap();
+    assert!(certs::renewal_due(old_expiry, jiff::Timestamp::now()));
+    assert!(
+        works(old_kubeconfig.clone()).await,
+        "the old certificate is accepted until it expires"
+    );
+    Api::<Secret>::namespaced(env.client.clone(), NS)
+        .patch(
+            "c9-kubeconfig",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"data": {"value": b64(&old_kubeconfig)}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        value_of(env.secret("c9-kubeconfig").await.unwrap()),
+        old_kubeconfig
+    );
+    // The Secret is not watched by the control plane (its periodic pass would renew it within a
+    // minute): a spec-neutral touch wakes it now.
+    env.patch(
+        &kcps_r(),
+        "c9-cp",
+        json!({"metadata": {"annotations": {"test/touch": "1"}}}),
+    )
+    .await;
+    env.converge("the renewal", || async {
+        value_of(env.secret("c9-kubeconfig").await.unwrap()) != old_kubeconfig
+    })
+    .await;
+    let renewed = value_of(env.secret("c9-kubeconfig").await.unwrap());
+    let expires = certs::kubeconfig_client_expiry(renewed.as_bytes())
+        .unwrap()
+        .unwrap();
+    assert!(!certs::renewal_due(expires, jiff::Timestamp::now()));
+    assert!(expires > old_expiry);
+    assert!(
+        works(renewed.clone()).await,
+        "the new certificate is valid against the workload API"
+    );
+    assert!(
+        works(old_kubeconfig.clone()).await,
+        "the old one is not revoked"
+    );
+    // The same server and CA; only the client credentials changed.
+    let server_line = |k: &str| {
+        k.lines()
+            .find(|l| l.contains("server:"))
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(server_line(&renewed), server_line(&old_kubeconfig));
+    env.converge("the recorded expiry", || async {
+        let kcp = env.api(&kcps_r()).get("c9-cp").await.unwrap();
+        annotation(&kcp, ANNOTATION_KUBECONFIG_EXPIRY)
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+            == Some(expires)
+    })
+    .await;
+    let events = Api::<k8s_openapi::api::core::v1::Event>::namespaced(env.client.clone(), NS)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    let event = events
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("KubeconfigCertificateRenewed"))
+        .expect("a KubeconfigCertificateRenewed Event");
+    assert!(
+        !event
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("BEGIN")
+    );
+
+    // A kubeconfig Secret someone else wrote (no control-plane owner) is never renewed.
+    Api::<Secret>::namespaced(env.client.clone(), NS)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "c10-kubeconfig", "namespace": NS},
+                "data": {"value": b64(&old_kubeconfig)},
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    env.cluster("c10", Some("c10-cp")).await;
+    env.kcp("c10-cp", "c10", 1, "v1.31.2", 1).await;
+    env.converge("the user's kubeconfig to be looked at", || async {
+        env.kcp_status("c10-cp").await["observedGeneration"].is_number()
+    })
+    .await;
+    assert_eq!(
+        value_of(env.secret("c10-kubeconfig").await.unwrap()),
+        old_kubeconfig
+    );
+    env.stop_controllers().await;
+    workload.shutdown.cancel();
+}

@@ -3,7 +3,10 @@
 //! READY / SEVERITY / REASON / SINCE / MESSAGE; then, when anything is not ready, the root cause
 //! (the deepest failing object, its last error and its last Warning Event), and each Machine's
 //! timeline: host provisioning (the BareMetalHost's `operationHistory`) → bootstrap steps (the
-//! KubeadmConfig's conditions) → Node Ready, with timestamps.
+//! KubeadmConfig's conditions) → Node Ready, with timestamps; and when the certificates expire: the
+//! admin kubeconfig's client certificate (recorded on the KubeadmControlPlane, so the Secret is not
+//! read) and each control-plane Machine's (`machine.cluster.x-k8s.io/certificates-expiry` on the
+//! Machine, else on its KubeadmConfig).
 //!
 //! [`build`] is a pure function of the fetched objects and the time, so the tree is tested without a
 //! server; [`fetch`] is the thin layer that reads the objects. Secrets are never read, so none can be
@@ -85,6 +88,15 @@ pub struct Timeline {
     pub entries: Vec<TimelineEntry>,
 }
 
+/// When one object's certificates expire.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct CertificateExpiry {
+    /// `Secret/NAME` (the admin kubeconfig's client certificate) or `Machine/NAME`.
+    pub object: String,
+    /// RFC 3339.
+    pub expires: String,
+}
+
 /// Everything `describe cluster` shows.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -93,6 +105,75 @@ pub struct Description {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub root_causes: Vec<RootCause>,
     pub timelines: Vec<Timeline>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub certificates: Vec<CertificateExpiry>,
+}
+
+/// Annotation (KubeadmConfig, Machine) with when a machine's certificates expire.
+const ANNOTATION_CERTIFICATES_EXPIRY: &str = "machine.cluster.x-k8s.io/certificates-expiry";
+/// Annotation (KubeadmControlPlane) with when the admin kubeconfig's client certificate expires.
+const ANNOTATION_KUBECONFIG_EXPIRY: &str = "controlplane.capstan.io/kubeconfig-certificate-expiry";
+
+/// The recorded certificate expiries: the admin kubeconfig's, then each control-plane Machine's.
+pub fn certificates(objects: &Objects) -> Vec<CertificateExpiry> {
+    let annotation = |object: &Value, key: &str| {
+        object["metadata"]["annotations"][key]
+            .as_str()
+            .filter(|t| !t.is_empty())
+            .map(str::to_owned)
+    };
+    let mut out = Vec::new();
+    if let Some(expires) = objects
+        .control_plane
+        .as_ref()
+        .and_then(|cp| annotation(cp, ANNOTATION_KUBECONFIG_EXPIRY))
+    {
+        out.push(CertificateExpiry {
+            object: format!("Secret/{}-kubeconfig", name_of(&objects.cluster)),
+            expires,
+        });
+    }
+    let mut machines: Vec<&Value> = objects
+        .machines
+        .iter()
+        .filter(|m| label(m, "cluster.x-k8s.io/control-plane").is_some())
+        .collect();
+    machines.sort_by_key(|m| name_of(m));
+    for machine in machines {
+        let config_name = machine["spec"]["bootstrap"]["configRef"]["name"]
+            .as_str()
+            .map_or_else(|| name_of(machine), str::to_owned);
+        let expires = annotation(machine, ANNOTATION_CERTIFICATES_EXPIRY).or_else(|| {
+            find(&objects.bootstrap_configs, "", &config_name)
+                .and_then(|c| annotation(c, ANNOTATION_CERTIFICATES_EXPIRY))
+        });
+        if let Some(expires) = expires {
+            out.push(CertificateExpiry {
+                object: format!("Machine/{}", name_of(machine)),
+                expires,
+            });
+        }
+    }
+    out
+}
+
+/// `in 364d`, `in 5h`, or `expired 3d ago`.
+fn until(time: &str, now: jiff::Timestamp) -> String {
+    let Ok(then) = time.parse::<jiff::Timestamp>() else {
+        return String::new();
+    };
+    if then < now {
+        format!("expired {} ago", since(Some(time), now))
+    } else {
+        let secs = then.as_second() - now.as_second();
+        let left = match secs {
+            s if s < 120 => format!("{s}s"),
+            s if s < 2 * 3600 => format!("{}m", s / 60),
+            s if s < 2 * 86_400 => format!("{}h", s / 3600),
+            s => format!("{}d", s / 86_400),
+        };
+        format!("in {left}")
+    }
 }
 
 fn name_of(object: &Value) -> String {
@@ -555,6 +636,7 @@ pub fn build(objects: &Objects) -> Description {
         tree,
         root_causes,
         timelines: timelines(objects),
+        certificates: certificates(objects),
     }
 }
 
@@ -692,6 +774,23 @@ pub fn render_text(description: &Description, now: jiff::Timestamp, style: &Styl
                     entry.time, entry.stage, entry.what
                 ));
             }
+        }
+    }
+    if !description.certificates.is_empty() {
+        out.push_str("\nCertificates\n");
+        let width = description
+            .certificates
+            .iter()
+            .map(|c| c.object.len())
+            .max()
+            .unwrap_or(0);
+        for certificate in &description.certificates {
+            out.push_str(&format!(
+                "  {:<width$}  expires {}  ({})\n",
+                certificate.object,
+                certificate.expires,
+                until(&certificate.expires, now)
+            ));
         }
     }
     out
@@ -990,6 +1089,48 @@ Cluster/c                                             False  Warning   NotAvaila
         let json = serde_json::to_value(&description).unwrap();
         assert_eq!(json["tree"]["display"], "Cluster/c");
         assert!(json.get("rootCauses").is_none());
+    }
+
+    #[test]
+    fn certificate_expiries_are_shown_with_the_machine_override_first() {
+        let mut objects = objects();
+        let cp_names: Vec<String> = objects
+            .machines
+            .iter()
+            .filter(|m| label(m, "cluster.x-k8s.io/control-plane").is_some())
+            .map(name_of)
+            .collect();
+        assert!(!cp_names.is_empty());
+        objects.control_plane.as_mut().unwrap()["metadata"]["annotations"] =
+            json!({ANNOTATION_KUBECONFIG_EXPIRY: "2026-06-30T00:00:00Z"});
+        objects.bootstrap_configs = cp_names
+            .iter()
+            .map(|n| json!({"metadata": {"name": n, "annotations": {ANNOTATION_CERTIFICATES_EXPIRY: "2027-01-01T00:00:00Z"}}}))
+            .collect();
+        let overridden = objects
+            .machines
+            .iter_mut()
+            .find(|m| name_of(m) == cp_names[0])
+            .unwrap();
+        overridden["metadata"]["annotations"] =
+            json!({ANNOTATION_CERTIFICATES_EXPIRY: "2025-12-31T00:00:00Z"});
+        let description = build(&objects);
+        assert_eq!(description.certificates[0].object, "Secret/c-kubeconfig");
+        assert_eq!(
+            description.certificates[1],
+            CertificateExpiry {
+                object: format!("Machine/{}", cp_names[0]),
+                expires: "2025-12-31T00:00:00Z".into(),
+            }
+        );
+        assert_eq!(description.certificates.len(), 1 + cp_names.len());
+        let text = render_text(&description, NOW.parse().unwrap(), &Style { color: false });
+        assert!(text.contains("Certificates\n"), "{text}");
+        assert!(
+            text.contains("expires 2026-06-30T00:00:00Z  (in 179d)"),
+            "{text}"
+        );
+        assert!(text.contains("(expired 25h ago)"), "{text}");
     }
 
     #[test]
