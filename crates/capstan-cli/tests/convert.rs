@@ -397,7 +397,7 @@ fn comments_survive_and_stdin_goes_to_stdout() {
         assert!(converted.contains(kept), "{kept:?} lost:\n{converted}");
     }
     assert!(
-        converted.contains("      deletion:\n        nodeDrainTimeoutSeconds: 300\n"),
+        converted.contains("      # drained for five minutes before deletion\n      deletion:\n        nodeDrainTimeoutSeconds: 300\n"),
         "{converted}"
     );
     assert!(
@@ -480,6 +480,32 @@ fn bad_input_is_refused_with_its_line_and_nothing_is_written() {
         ) && stderr.contains("clusterNetwork.pods.cidrBlocks"),
         "{stderr}"
     );
+
+    // A Cluster API kind capstan does not model is refused; another provider's kind passes.
+    let unmodelled = write(
+        "class.yaml",
+        "apiVersion: infrastructure.cluster.x-k8s.io/v1beta1\nkind: DockerCluster\nmetadata: {name: d}\n---\napiVersion: cluster.x-k8s.io/v1beta1\nkind: ClusterClass\nmetadata: {name: c}\n",
+    );
+    let out = convert(&[unmodelled.to_str().unwrap()], None);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "class.yaml:6: kind: ClusterClass (cluster.x-k8s.io) is not a kind capstan models"
+        ),
+        "{stderr}"
+    );
+    let other_provider = write(
+        "docker.yaml",
+        "apiVersion: infrastructure.cluster.x-k8s.io/v1beta1\nkind: DockerCluster\nmetadata: {name: d}\n",
+    );
+    let out = convert(&[other_provider.to_str().unwrap()], None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        std::fs::read_to_string(&other_provider).unwrap()
+    );
+    assert!(text(&out.stderr).contains("another provider's kind"));
 
     // Standard input cannot be rewritten in place.
     let out = convert(&["-i", "-"], Some(COMMENTED));

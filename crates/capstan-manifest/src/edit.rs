@@ -6,9 +6,9 @@
 //! with its comments, blank lines, quoting and flow style. A changed block mapping or block
 //! sequence of the same length is walked into, so only the changed entries below it are written
 //! anew; any other changed value is written anew as a whole entry (by [`crate::to_yaml`], at the
-//! entry's indentation, keeping the comment lines above its key). Entries the new value no longer
-//! has are removed with the comment lines directly above them; new entries go where the first
-//! removed entry of their mapping was, else after its last entry.
+//! entry's indentation, keeping the comment lines above its key). New entries go where the first
+//! removed entry of their mapping was (after the comment lines that were above it), else after its
+//! last entry; other removed entries go with the comment lines directly above them.
 //!
 //! So the comments that survive are those on lines of their own outside a rewritten entry, and
 //! those inside or after any unchanged part; comments at the end of a rewritten line or inside a
@@ -327,7 +327,12 @@ impl Editor<'_> {
                 }
                 None if holds_marker => return None,
                 None => {
-                    if let Some(added) = added.take() {
+                    // The first removed entry's place (and the comment lines above it, which
+                    // usually describe what its replacement now says) goes to the new entries.
+                    if let Some(added) = added.take()
+                        && !added.is_empty()
+                    {
+                        out.extend(self.copy(starts[i]..line));
                         out.extend(added);
                     }
                 }
@@ -525,10 +530,9 @@ metadata: {name: s}
         ] {
             assert!(text.contains(kept), "{kept:?} lost:\n{text}");
         }
-        assert!(!text.contains("# drain for five minutes"), "{text}");
         assert!(
             text.contains(
-                "  clusterName: c\n  deletion:\n    nodeDrainTimeoutSeconds: 300\n  bootstrap:"
+                "  clusterName: c\n  # drain for five minutes\n  deletion:\n    nodeDrainTimeoutSeconds: 300\n  bootstrap:"
             ),
             "{text}"
         );
