@@ -344,7 +344,23 @@ spec:
             "",
         );
         assert_ne!(none, MIXED);
-        assert!(has_rule(&lint_text(&none), id::NO_HYPERVISORS));
+        let report = lint_text(&none);
+        let finding = report
+            .diagnostics
+            .iter()
+            .find(|d| d.rule == id::NO_HYPERVISORS)
+            .expect("no-hypervisors");
+        // At the control plane's template reference, as every finding: file and line.
+        let line = none
+            .lines()
+            .position(|l| l.contains("kind: KVMMachineTemplate, name: cp}"))
+            .expect("reference line")
+            + 1;
+        assert_eq!(finding.location.line as usize, line, "{finding:?}");
+        assert_eq!(
+            finding.location.path,
+            "spec.machineTemplate.infrastructureRef"
+        );
         let workers_only = MIXED.replace(
             "{name: hv, uri: 'test:///default'}",
             "{name: hv, uri: 'test:///default', controlPlane: false}",
@@ -366,5 +382,47 @@ spec:
         ));
         let no_replicas = MIXED.replace("replicas: 1", "replicas: 0");
         assert!(has_rule(&lint_text(&no_replicas), id::ENDPOINT_UNSERVED));
+    }
+
+    #[test]
+    fn a_kvm_cluster_that_only_lends_hypervisors_carries_no_endpoint() {
+        // The bare-metal control plane's Metal3Cluster is the Cluster's infrastructure; the
+        // KVMCluster found by its label lends hypervisors, and its endpoint is served by nothing.
+        let lent = MIXED
+            .replace(
+                "infrastructureRef: {apiVersion: infrastructure.cluster.x-k8s.io/v1beta2, kind: KVMCluster, name: c}",
+                "infrastructureRef: {apiVersion: infrastructure.cluster.x-k8s.io/v1beta1, kind: Metal3Cluster, name: c}",
+            )
+            .replace(
+                "kind: KVMCluster\nmetadata: {name: c, namespace: default}",
+                "kind: KVMCluster\nmetadata: {name: c, namespace: default, labels: {cluster.x-k8s.io/cluster-name: c}}",
+            )
+            .replace(
+                "controlPlaneEndpoint: {host: 10.0.0.10, port: 6443}\n  hypervisors",
+                "controlPlaneEndpoint: {host: 10.0.0.99, port: 6443}\n  hypervisors",
+            )
+            + "---\napiVersion: infrastructure.cluster.x-k8s.io/v1beta1\nkind: Metal3Cluster\nmetadata: {name: c, namespace: default}\nspec:\n  controlPlaneEndpoint: {host: 10.0.0.10, port: 6443}\n";
+        assert!(lent.contains("10.0.0.99") && lent.contains("labels: {cluster.x-k8s.io"));
+        let lends = |d: &&crate::diagnostic::Diagnostic| {
+            d.rule == id::ENDPOINT_UNSERVED && d.message.contains("only lends")
+        };
+        let report = lint_text(&lent);
+        let finding = report
+            .diagnostics
+            .iter()
+            .find(lends)
+            .unwrap_or_else(|| panic!("{report:?}"));
+        assert_eq!(finding.severity, crate::diagnostic::Severity::Error);
+        let without_endpoint = lent.replace(
+            "  controlPlaneEndpoint: {host: 10.0.0.99, port: 6443}\n",
+            "",
+        );
+        assert_ne!(without_endpoint, lent);
+        assert!(
+            !lint_text(&without_endpoint)
+                .diagnostics
+                .iter()
+                .any(|d| lends(&d))
+        );
     }
 }
