@@ -229,6 +229,23 @@ fn rendered_mixed_clusters_lint_clean() {
                 "{label}: {}",
                 report.render_human(false)
             );
+            // Without its BareMetalHost, the bare-metal side (the workers here, the control
+            // plane in the reverse) has no host to run on.
+            let without_hosts: Vec<(String, String)> = files
+                .iter()
+                .filter(|(name, _)| !name.starts_with("hosts/"))
+                .cloned()
+                .collect();
+            assert!(without_hosts.len() < files.len());
+            let report = lint(load(&without_hosts), &LintOptions::default());
+            assert!(
+                report
+                    .diagnostics
+                    .iter()
+                    .any(|d| d.rule == "not-enough-hosts"),
+                "{label}: {}",
+                report.render_human(false)
+            );
         }
     }
 }
