@@ -6,7 +6,7 @@
 //! | code | meaning |
 //! | ---- | ------- |
 //! | 0 | success (for `lint`: no errors; warnings may have been printed); also when the reader of stdout went away |
-//! | 1 | the input was read but is not valid (`lint` found errors, `render` refused the spec), or the object named does not exist |
+//! | 1 | the input was read but is not valid (`lint` found errors, `render` refused the spec, `convert` refused a document and wrote nothing), or the object named does not exist |
 //! | 2 | the input could not be read or parsed, or the command line was wrong |
 //! | 3 | the API server could not be reached |
 

@@ -311,3 +311,102 @@ fn lint_finds_a_misspelled_field_without_schemas() {
         "{report}"
     );
 }
+
+/// The KVM design's example: its `Cluster` is written under the infrastructure group. lint says
+/// where, why and what to write instead.
+#[test]
+fn lint_explains_the_kvm_designs_cluster_in_the_infrastructure_group() {
+    let fixture = "crates/capstan-cli/tests/fixtures/seed-003-kvm-example.yaml";
+    let source = std::fs::read_to_string(repo_root().join(fixture)).unwrap();
+    let line = source
+        .lines()
+        .position(|l| l == "apiVersion: infrastructure.cluster.x-k8s.io/v1alpha4")
+        .unwrap()
+        + 1;
+    let out = capstan(&["--color", "never", "lint", fixture]);
+    let report = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{report}{}", text(&out.stderr));
+    assert!(
+        report.contains("error[wrong-api-group]: Cluster is not a kind of infrastructure.cluster.x-k8s.io: Cluster belongs to cluster.x-k8s.io"),
+        "{report}"
+    );
+    assert!(
+        report.contains(&format!(
+            "--> {fixture}:{line} (Cluster example, apiVersion)"
+        )),
+        "{report}"
+    );
+    assert!(report.contains("KVMCluster"), "{report}");
+    assert!(
+        report.contains("write `apiVersion: cluster.x-k8s.io/v1beta2`"),
+        "{report}"
+    );
+    // The Cluster API v1alpha4 objects are pointed at `capstan convert`.
+    assert!(report.contains("capstan convert"), "{report}");
+}
+
+/// `render` writes the mixed example: a KVM control plane and a bare-metal worker pool, in one
+/// Cluster with a KVMCluster as its infrastructure and no Metal3Cluster; a `machines: kvm` spec
+/// without `kvm` is refused at its line.
+#[test]
+fn render_writes_a_mixed_cluster_and_refuses_vms_without_hypervisors() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("mixed");
+    let out = capstan(&[
+        "render",
+        "examples/mixed.yaml",
+        "-o",
+        out_dir.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let cluster = std::fs::read_to_string(out_dir.join("cluster/cluster.yaml")).unwrap();
+    for wanted in [
+        "kind: KVMCluster\n",
+        "kind: KVMMachineTemplate\n",
+        "kind: Metal3MachineTemplate\n",
+        "uri: qemu+ssh://root@hv1.lab.example.com/system\n",
+    ] {
+        assert!(cluster.contains(wanted), "{wanted:?} missing:\n{cluster}");
+    }
+    assert!(!cluster.contains("kind: Metal3Cluster\n"), "{cluster}");
+    let lint = capstan(&["lint", out_dir.to_str().unwrap()]);
+    assert!(lint.status.success(), "{}", text(&lint.stdout));
+
+    let spec = std::fs::read_to_string(repo_root().join("examples/mixed.yaml")).unwrap();
+    let start = spec.find("\nkvm:\n").unwrap();
+    let end = spec[start + 1..].find("\n\n").unwrap() + start + 1;
+    let without_kvm = format!("{}{}", &spec[..start], &spec[end..]);
+    let machines_line = without_kvm
+        .lines()
+        .position(|l| l == "  machines: kvm")
+        .unwrap()
+        + 1;
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        without_kvm.replace(
+            "manifest: cilium/cilium-manifests.yaml",
+            &format!(
+                "manifest: {}",
+                repo_root()
+                    .join("examples/cilium/cilium-manifests.yaml")
+                    .display()
+            ),
+        ),
+    )
+    .unwrap();
+    let out = capstan(&[
+        "render",
+        bad.to_str().unwrap(),
+        "-o",
+        dir.path().join("bad").to_str().unwrap(),
+    ]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("bad.yaml:{machines_line}: controlPlane.machines:"))
+            && stderr.contains("no `kvm` section"),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("bad").exists());
+}

@@ -299,3 +299,135 @@ fn the_clusterctl_template_applies_with_the_designs_defaults() {
         .unwrap();
     assert_eq!(cp["spec"]["template"]["spec"]["resources"]["cpu"], 4);
 }
+
+/// `examples/mixed.yaml` pointed at libvirt's `test:///default` hypervisor (its pool, a base image
+/// written here with its sha256, VMs small enough for its 3 GiB), its Cilium manifest path made
+/// absolute; with `reverse`, the control plane on the bare-metal host and the pool on VMs.
+fn mixed_spec(dir: &Path, reverse: bool) -> std::path::PathBuf {
+    use sha2::Digest;
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let text = std::fs::read_to_string(examples.join("mixed.yaml")).unwrap();
+    let image = dir.join("base.qcow2");
+    let bytes = b"capstan test base image\n".repeat(64);
+    std::fs::write(&image, &bytes).unwrap();
+    let digest: String = sha2::Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let vm = "  vm:\n    cpu: 2\n    memory: 4Gi\n    disk: 20Gi\n    dockerVolumeSize: 10Gi\n    networks:\n      - {bridge: br0, address: 10.250.250.40/24, gateway: 10.250.250.1}\n";
+    let small_vm = "vm: {cpu: 1, memory: 256Mi, disk: 2Gi, dockerVolumeSize: 1Gi}\n";
+    let mut edited = text
+        .replace(
+            "uri: qemu+ssh://root@hv1.lab.example.com/system\n      pool: default\n",
+            "uri: test:///default\n      pool: default-pool\n",
+        )
+        .replace(
+            "url: file:///var/lib/capstan/images/debian-12-k8s-v1.31.4.qcow2",
+            &format!("url: file://{}", image.display()),
+        )
+        .replace(
+            "checksum: 0f7c3a52e3c2b1c69d1c4c3f2a3b9e7d6c5b4a39281706f5e4d3c2b1a0f9e8d7",
+            &format!("checksum: {digest}"),
+        )
+        .replace(
+            "manifest: cilium/cilium-manifests.yaml",
+            &format!(
+                "manifest: {}",
+                examples.join("cilium/cilium-manifests.yaml").display()
+            ),
+        );
+    edited = if reverse {
+        edited
+            .replace(&format!("  machines: kvm\n{vm}"), "")
+            .replace(
+                "  - name: metal\n    replicas: 1\n",
+                &format!("  - name: metal\n    replicas: 1\n    machines: kvm\n    {small_vm}"),
+            )
+            .replace(
+                "  - name: mixed-worker-0\n    role: worker\n",
+                "  - name: mixed-worker-0\n    role: control-plane\n",
+            )
+    } else {
+        edited.replace(vm, &format!("  {small_vm}"))
+    };
+    assert!(edited.contains("test:///default") && edited.contains(&digest));
+    assert_eq!(edited.contains("role: control-plane"), reverse, "{edited}");
+    assert!(!edited.contains("4Gi"), "{edited}");
+    let path = dir.join("mixed.yaml");
+    std::fs::write(&path, edited).unwrap();
+    path
+}
+
+/// Renders the mixed spec, applies the bundle to `capstan serve --simulate-workloads` and waits
+/// for both Machines; returns their providerIDs.
+fn rendered_mixed_cluster_comes_up(reverse: bool) -> Vec<String> {
+    let work = tempfile::tempdir().unwrap();
+    let spec = mixed_spec(work.path(), reverse);
+    let bundle = work.path().join("bundle");
+    render(&spec, &bundle, &[]);
+    let cluster_yaml = std::fs::read_to_string(bundle.join("cluster/cluster.yaml")).unwrap();
+    assert!(
+        cluster_yaml.contains("kind: KVMMachineTemplate"),
+        "{cluster_yaml}"
+    );
+    assert_eq!(cluster_yaml.contains("kind: Metal3Cluster"), reverse);
+    let (ok, lint) = capstan(Path::new("/dev/null"), &["lint", bundle.to_str().unwrap()]);
+    assert!(ok, "the rendered bundle does not lint clean: {lint}");
+    let log = work.path().join("serve.log");
+    let server = Serve::start(&work.path().join("data"), &log);
+    let kc = server.kubeconfig.clone();
+    let (ok, out) = capstan(
+        &kc,
+        &[
+            "apply",
+            "-f",
+            bundle.join("hosts").to_str().unwrap(),
+            "-f",
+            bundle.join("cluster/cilium.yaml").to_str().unwrap(),
+            "-f",
+            bundle.join("cluster/cluster.yaml").to_str().unwrap(),
+        ],
+    );
+    assert!(ok, "apply: {out}");
+    let machines = until("2 machines Running", Duration::from_secs(240), &log, || {
+        machines_running(&kc, 2)
+    });
+    let (ok, tree) = capstan(&kc, &["describe", "cluster", "mixed"]);
+    assert!(ok, "describe: {tree}");
+    assert!(
+        tree.contains("KVMMachine/") && tree.contains("Metal3Machine/"),
+        "{tree}"
+    );
+    machines
+        .iter()
+        .filter_map(|m| m["spec"]["providerID"].as_str().map(str::to_owned))
+        .collect()
+}
+
+#[test]
+fn a_rendered_kvm_control_plane_with_bare_metal_workers_comes_up() {
+    let ids = rendered_mixed_cluster_comes_up(false);
+    assert!(
+        ids.iter().any(|id| id.starts_with("libvirt://hv1/")),
+        "{ids:?}"
+    );
+    assert!(
+        ids.iter()
+            .any(|id| id.starts_with("metal3://default/mixed-worker-0/")),
+        "{ids:?}"
+    );
+}
+
+#[test]
+fn a_rendered_bare_metal_control_plane_with_kvm_workers_comes_up() {
+    let ids = rendered_mixed_cluster_comes_up(true);
+    assert!(
+        ids.iter().any(|id| id.starts_with("libvirt://hv1/")),
+        "{ids:?}"
+    );
+    assert!(
+        ids.iter()
+            .any(|id| id.starts_with("metal3://default/mixed-worker-0/")),
+        "{ids:?}"
+    );
+}

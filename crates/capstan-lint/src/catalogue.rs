@@ -67,6 +67,9 @@ pub mod id {
     pub const BMC_CREDENTIALS: &str = "bmc-credentials";
     pub const EVEN_ETCD_MEMBERS: &str = "even-etcd-members";
     pub const NOT_ENOUGH_HOSTS: &str = "not-enough-hosts";
+    pub const WRONG_API_GROUP: &str = "wrong-api-group";
+    pub const NO_HYPERVISORS: &str = "no-hypervisors";
+    pub const ENDPOINT_UNSERVED: &str = "endpoint-unserved";
 }
 
 const fn rule(
@@ -95,6 +98,13 @@ static RULES: &[RuleInfo] = &[
         "an object whose kind or version is not served by its API group",
         "The API server rejects objects of kinds it does not serve: a misspelt kind in a Cluster API or Metal3 group, or a version that group no longer serves (cluster.x-k8s.io/v1alpha3, say), fails at `kubectl apply` time, after the objects before it were already created.",
         "Fix the spelling of `kind`, or write the object in a served version (the message lists them).",
+    ),
+    rule(
+        id::WRONG_API_GROUP,
+        Error,
+        "a Cluster API kind written under another Cluster API group",
+        "Each Cluster API group serves its own kinds: Cluster, Machine and MachineDeployment are in cluster.x-k8s.io, KubeadmControlPlane in controlplane.cluster.x-k8s.io, the providers' KVMCluster or Metal3Cluster in infrastructure.cluster.x-k8s.io. A `Cluster` under `infrastructure.cluster.x-k8s.io` (as one published KVM design writes it) is rejected by the API server, and nothing would reconcile it: the Cluster is core Cluster API, and the infrastructure group holds the provider's KVMCluster that the Cluster's infrastructureRef names.",
+        "Write the kind's own group in apiVersion (the message names it), e.g. `apiVersion: cluster.x-k8s.io/v1beta2` for a Cluster; `capstan convert` then rewrites older versions.",
     ),
     rule(
         id::NOT_ANALYSED,
@@ -341,6 +351,20 @@ static RULES: &[RuleInfo] = &[
         "an even number of stacked-etcd control-plane replicas",
         "etcd needs a majority: 2 members tolerate no failure (like 1), 4 tolerate one (like 3). An even count adds a machine without adding fault tolerance and makes split votes possible.",
         "Use 1, 3 or 5 control-plane replicas (or an external etcd).",
+    ),
+    rule(
+        id::NO_HYPERVISORS,
+        Error,
+        "KVM machines in a cluster whose KVMCluster is missing or lists no hypervisors",
+        "A KubeadmControlPlane or MachineDeployment whose machine template is a KVMMachineTemplate gets its VMs on the hypervisors of its cluster's KVMCluster: the Cluster's infrastructureRef, or (when the Cluster's infrastructure is another provider, e.g. Metal3 for a bare-metal control plane) a KVMCluster labelled `cluster.x-k8s.io/cluster-name: <cluster>`. Without one, or with no hypervisor listed (none taking control-plane VMs, for the control plane), every KVMMachine waits with `NoHypervisorFits` and the pool never comes up.",
+        "Add the KVMCluster (or the label) and list the libvirt hypervisors in spec.hypervisors; `capstan render` writes one for a spec with `hypervisors`.",
+    ),
+    rule(
+        id::ENDPOINT_UNSERVED,
+        Error,
+        "a control-plane endpoint no machine will serve",
+        "Workers join through the cluster's control-plane endpoint and the Cluster waits for its API there. No machine serves it when the Cluster has no control plane (no controlPlaneRef, or zero replicas); when it is written on a KVMCluster that only lends hypervisors to a cluster whose infrastructure is another provider (the endpoint is the one on the Cluster's own infrastructure cluster: no second infrastructure cluster pointing at the first one's endpoint is needed); or, as a warning, when a control plane on KVM VMs has no static pod announcing the address (kube-vip) and no VM holding it, so only a load balancer outside the manifests could.",
+        "Give the Cluster a control plane with replicas; remove the endpoint from a KVMCluster that only lends hypervisors; announce the address with kube-vip in the KubeadmControlPlane's files, give a control-plane VM that static address, or point the endpoint at your load balancer.",
     ),
     rule(
         id::NOT_ENOUGH_HOSTS,

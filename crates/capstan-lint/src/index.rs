@@ -500,6 +500,45 @@ const SHARED_GROUPS: &[&str] = &[
     "cilium.io",
 ];
 
+/// The Cluster API groups, where a kind of one written under another is a mistake, not another
+/// provider's kind.
+const CAPI_GROUPS: &[&str] = &[
+    "cluster.x-k8s.io",
+    "addons.cluster.x-k8s.io",
+    "bootstrap.cluster.x-k8s.io",
+    "controlplane.cluster.x-k8s.io",
+    "infrastructure.cluster.x-k8s.io",
+];
+
+/// The group a kind belongs to, when it is written under another Cluster API group (`Cluster`
+/// under `infrastructure.cluster.x-k8s.io`, as in one published KVM design).
+fn wrong_group(group: &str, kind: &str) -> Option<&'static str> {
+    if !CAPI_GROUPS.contains(&group) {
+        return None;
+    }
+    kinds::KINDS
+        .iter()
+        .find(|k| k.kind == kind && k.group != group && CAPI_GROUPS.contains(&k.group))
+        .map(|k| k.group)
+}
+
+/// What a Cluster API group holds, for messages.
+fn group_holds(group: &str) -> String {
+    let held: Vec<&str> = kinds::KINDS
+        .iter()
+        .filter(|k| k.group == group)
+        .map(|k| k.kind)
+        .collect();
+    if group == "infrastructure.cluster.x-k8s.io" {
+        format!(
+            "{group} holds the infrastructure providers' kinds ({}), which the Cluster's infrastructureRef names",
+            held.join(", ")
+        )
+    } else {
+        format!("{group} holds {}", held.join(", "))
+    }
+}
+
 /// Levenshtein distance, case-insensitive, for "did you mean" suggestions.
 fn edit_distance(a: &str, b: &str) -> usize {
     let a: Vec<char> = a.to_lowercase().chars().collect();
@@ -542,11 +581,32 @@ fn view_of(obj: &LoadedObject, id: &ObjectId, out: &mut Vec<Diagnostic>) -> View
                     Location::of(obj, &FieldPath::parse("apiVersion")),
                 )
                 .why("the API server rejects objects in versions it does not serve")
-                .hint("write the object in one of the served versions"),
+                .hint(if id.version() == "v1alpha4" && capstan_model::convert::v1alpha4::handles(group, kind) {
+                    "write the object in one of the served versions: `capstan convert FILE` rewrites Cluster API v1alpha4 and v1beta1 manifests as v1beta2".to_owned()
+                } else {
+                    "write the object in one of the served versions".to_owned()
+                }),
             );
             View::Invalid
         }
         Err(err @ KindError::UnknownKind { .. }) => {
+            if let Some(home) = wrong_group(group, kind) {
+                out.push(
+                    Diagnostic::new(
+                        id::WRONG_API_GROUP,
+                        format!("{kind} is not a kind of {group}: {kind} belongs to {home}"),
+                        Location::of(obj, &FieldPath::parse("apiVersion")),
+                    )
+                    .why(format!(
+                        "{group} serves no {kind}, so the API server rejects the object (or, where a provider's group has no such kind, nothing ever reconciles it); {}",
+                        group_holds(group)
+                    ))
+                    .hint(format!(
+                        "write `apiVersion: {home}/v1beta2` (or `{home}/v1beta1`); objects written for v1alpha4 can then be rewritten by `capstan convert`"
+                    )),
+                );
+                return View::Invalid;
+            }
             let upstream = UPSTREAM_ONLY_KINDS.contains(&(group, kind));
             if upstream || !kinds::is_known_group(group) {
                 return View::Foreign;

@@ -163,3 +163,89 @@ fn rendered_examples_match_the_upstream_schemas() {
         }
     }
 }
+
+/// The mixed example (control plane on a KVM VM, workers on bare metal) and its reverse (a
+/// bare-metal control plane, the workers on VMs) lint without errors or warnings; without
+/// hypervisors, the KVM machines are found to have none.
+#[test]
+fn rendered_mixed_clusters_lint_clean() {
+    let reverse = |text: &str| {
+        text.replace("  machines: kvm\n", "")
+            .replace(
+                "  - name: metal\n    replicas: 1\n",
+                "  - name: metal\n    replicas: 1\n    machines: kvm\n",
+            )
+            .replace(
+                "  - name: mixed-worker-0\n    role: worker\n",
+                "  - name: mixed-worker-0\n    role: control-plane\n",
+            )
+    };
+    let original = std::fs::read_to_string(examples().join("mixed.yaml")).expect("mixed.yaml");
+    for (label, text) in [("mixed", original.clone()), ("reverse", reverse(&original))] {
+        assert!(
+            label == "mixed" || text != original,
+            "the reverse spec is the same"
+        );
+        for api_version in [CapiVersion::V1beta1, CapiVersion::V1beta2] {
+            let spec = capstan_render::parse_spec("mixed.yaml", &text).expect("spec reads");
+            let bundle = render(&spec, &examples(), &RenderOptions { api_version })
+                .unwrap_or_else(|e| panic!("{label} renders: {e}"));
+            let files: Vec<(String, String)> = bundle
+                .files
+                .iter()
+                .filter(|f| f.path.extension().is_some_and(|e| e == "yaml"))
+                .map(|f| (f.path.to_string_lossy().into_owned(), f.contents.clone()))
+                .collect();
+            let report = lint(load(&files), &LintOptions::default());
+            let serious: Vec<_> = report
+                .diagnostics
+                .iter()
+                .filter(|d| d.severity != capstan_lint::Severity::Note)
+                .collect();
+            assert!(
+                serious.is_empty(),
+                "{label} ({}):\n{}",
+                api_version.as_str(),
+                report.render_human(false)
+            );
+            let without_hypervisors: Vec<(String, String)> = files
+                .iter()
+                .map(|(name, text)| {
+                    let cut = text.find("  hypervisors:\n").map(|start| {
+                        let end = text[start..]
+                            .find("\n  dnsServers:")
+                            .map_or(text.len(), |e| start + e + 1);
+                        format!("{}{}", &text[..start], &text[end..])
+                    });
+                    (name.clone(), cut.unwrap_or_else(|| text.clone()))
+                })
+                .collect();
+            let report = lint(load(&without_hypervisors), &LintOptions::default());
+            assert!(
+                report
+                    .diagnostics
+                    .iter()
+                    .any(|d| d.rule == "no-hypervisors"),
+                "{label}: {}",
+                report.render_human(false)
+            );
+            // Without its BareMetalHost, the bare-metal side (the workers here, the control
+            // plane in the reverse) has no host to run on.
+            let without_hosts: Vec<(String, String)> = files
+                .iter()
+                .filter(|(name, _)| !name.starts_with("hosts/"))
+                .cloned()
+                .collect();
+            assert!(without_hosts.len() < files.len());
+            let report = lint(load(&without_hosts), &LintOptions::default());
+            assert!(
+                report
+                    .diagnostics
+                    .iter()
+                    .any(|d| d.rule == "not-enough-hosts"),
+                "{label}: {}",
+                report.render_human(false)
+            );
+        }
+    }
+}

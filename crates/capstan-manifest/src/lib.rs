@@ -10,6 +10,8 @@
 //!   rejects duplicates, naming both locations.
 //! - [`to_yaml_documents`] writes values back as deterministic, readable YAML that this crate
 //!   (and YAML 1.1 parsers) read back as the same values.
+//! - [`rewrite_stream`] edits a YAML stream so that chosen documents read as new values while the
+//!   text of every unchanged part (comments, blank lines, quoting, key order) stays as it was.
 //!
 //! Scalars are typed per the YAML 1.2 core schema: `0644` is the integer 644 and `yes` is a
 //! string, unlike YAML 1.1 tools. Quote values such as file modes to keep them strings.
@@ -17,6 +19,7 @@
 //! No input makes this crate panic: malformed text, hostile nesting and alias bombs all end as
 //! [`ManifestError`]s.
 
+mod edit;
 mod emit;
 mod error;
 mod load;
@@ -24,6 +27,7 @@ mod object;
 mod parse;
 mod set;
 
+pub use edit::{Rewrite, rewrite_stream};
 pub use emit::{to_yaml, to_yaml_documents};
 pub use error::ManifestError;
 pub use load::{

@@ -80,6 +80,12 @@ impl LoadedObject {
         self.origin.line
     }
 
+    /// The line of a field's key (or sequence item) when the file has that very field; unlike
+    /// [`line_of`](Self::line_of), no ancestor stands in for it.
+    pub fn exact_line(&self, path: &FieldPath) -> Option<u32> {
+        self.positions.get(path).copied()
+    }
+
     /// `file:line` of a field, as diagnostics print it.
     pub fn location(&self, path: &FieldPath) -> String {
         format!("{}:{}", self.origin.file, self.line_of(path))

@@ -8,8 +8,8 @@
 use crate::spec::{
     Address, Bgp, BgpPeer, Bmc, BmcCredentials, BmcDefaults, Bond, BondMode, ChecksumType, Cilium,
     ControlPlane, DiskFormat, Dns, DnsWait, HealthCheck, Host, HostDefaults, HostNetwork, Image,
-    IntOrPercent, KubeVip, Kubernetes, LacpRate, PhysicalLink, Role, Router, Spec, User, Vlan,
-    WorkerPool, XmitHashPolicy,
+    IntOrPercent, KubeVip, Kubernetes, LacpRate, Machines, PhysicalLink, Role, Router, Spec, User,
+    Vlan, WorkerPool, XmitHashPolicy,
 };
 
 /// Path of the Cilium manifest in generated specs, relative to the spec directory.
@@ -120,12 +120,16 @@ pub fn generated_spec(hosts: usize) -> Spec {
             vip: "172.16.0.5".to_owned(),
             port: 6443,
             kube_vip: KubeVip::default(),
+            machines: Machines::BareMetal,
+            vm: None,
         },
         worker_pools: if workers > 0 {
             vec![WorkerPool {
                 name: "workers".to_owned(),
                 replicas: u32::try_from(workers).unwrap_or(u32::MAX),
                 host_selector: Default::default(),
+                machines: Machines::BareMetal,
+                vm: None,
             }]
         } else {
             Vec::new()
@@ -186,6 +190,7 @@ pub fn generated_spec(hosts: usize) -> Spec {
             }),
             root_device_hints: None,
         },
+        kvm: None,
         hosts: inventory,
         source: crate::source::Source::default(),
     }

@@ -17,7 +17,7 @@
 //! | --- | --- | --- |
 //! | `hosts/<host>.yaml` | management cluster | BMC Secret, `networkData` Secret, BareMetalHost |
 //! | `cluster/cilium.yaml` | management cluster | Cilium manifest ConfigMap + ClusterResourceSet |
-//! | `cluster/cluster.yaml` | management cluster | Cluster, Metal3Cluster, KubeadmControlPlane, templates, MachineDeployments, MachineHealthChecks |
+//! | `cluster/cluster.yaml` | management cluster | Cluster, Metal3Cluster and/or KVMCluster, KubeadmControlPlane, templates (Metal3 or KVM per machine group), MachineDeployments, MachineHealthChecks |
 //! | `workload/cilium-bgp.yaml` | workload cluster | Cilium BGP v2 peering and advertisements |
 //! | `router/frr.conf` | upstream router | FRR peer-group with one neighbor per node |
 //! | `README.md` | people | apply order, the `cilium install` command |
@@ -30,6 +30,7 @@ mod cluster;
 mod error;
 pub mod generate;
 mod hosts;
+mod kvm;
 mod network;
 mod readme;
 mod source;
@@ -197,10 +198,13 @@ pub fn render(
             true,
         ));
     }
+    let mut cluster_objects =
+        cluster::cluster_objects(&plan, api_version, &control_plane_config, &worker_config)?;
+    kvm::place_on_vms(&plan, api_version, &mut cluster_objects)?;
     files.push(yaml_file(
         "cluster/cluster.yaml",
         Some("Apply to the management cluster, after cluster/cilium.yaml."),
-        &cluster::cluster_objects(&plan, api_version, &control_plane_config, &worker_config)?,
+        &cluster_objects,
         false,
     ));
     files.push(yaml_file(

@@ -54,6 +54,10 @@ pub struct Spec {
     /// device hints.
     #[serde(default)]
     pub host_defaults: HostDefaults,
+    /// The KVM hypervisors, base image and node settings for machines that run as VMs
+    /// (`controlPlane.machines: kvm` or a pool's `machines: kvm`). Default: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kvm: Option<Kvm>,
     /// The machines of the cluster, one BareMetalHost each.
     pub hosts: Vec<Host>,
     /// Where the spec was read from, for `file:line` in messages; empty for specs built in code.
@@ -105,6 +109,123 @@ pub struct ControlPlane {
     /// kube-vip, the static pod that holds the VIP. Default: the image below, no fixed interface.
     #[serde(default)]
     pub kube_vip: KubeVip,
+    /// What the control-plane machines are: `bare-metal` hosts (the default) or `kvm` VMs on the
+    /// hypervisors of `kvm`.
+    #[serde(default, skip_serializing_if = "Machines::is_bare_metal")]
+    pub machines: Machines,
+    /// The VMs' size and NICs when `machines` is `kvm`. Default: 2 vCPUs, 2Gi, 20Gi, DHCP on
+    /// the libvirt network `default`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vm: Option<Vm>,
+}
+
+/// What a group of machines (the control plane, a worker pool) runs on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Machines {
+    /// BareMetalHosts claimed through Metal3MachineTemplates.
+    #[default]
+    BareMetal,
+    /// libvirt VMs through KVMMachineTemplates, on the hypervisors of `kvm`.
+    Kvm,
+}
+
+impl Machines {
+    /// Whether these are bare-metal hosts (the default).
+    pub fn is_bare_metal(&self) -> bool {
+        *self == Self::BareMetal
+    }
+}
+
+/// A VM's size, NICs and extra volumes (a KVMMachineTemplate's spec).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Vm {
+    /// Virtual CPUs. Default: 2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<u32>,
+    /// Memory, a quantity (`4Gi`). Default: 2Gi.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<String>,
+    /// Root disk size, a quantity. Default: 20Gi.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk: Option<String>,
+    /// Size of the container runtime's volume, a quantity. Default: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub docker_volume_size: Option<String>,
+    /// NICs, in order. Default: one NIC on the libvirt network `default`, by DHCP.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub networks: Vec<VmNetwork>,
+}
+
+/// One NIC of a VM.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct VmNetwork {
+    /// A libvirt network. Default: `default` (unless `bridge` is set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<String>,
+    /// A host bridge instead of a libvirt network.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bridge: Option<String>,
+    /// A static address with prefix (`10.0.0.5/24`). Default: DHCP. A pool of several VMs takes
+    /// DHCP addresses: a static address suits a single VM.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// The gateway of a static address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<String>,
+}
+
+/// The KVM hypervisors VMs run on, their base image and node settings.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Kvm {
+    /// The libvirt hypervisors; each is a failure domain.
+    pub hypervisors: Vec<Hypervisor>,
+    /// The base image of every VM's root disk.
+    pub image: VmImage,
+    /// DNS servers written into every VM's network config. Default: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dns_servers: Vec<String>,
+    /// NTP servers written into every VM's cloud-config. Default: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ntp_servers: Vec<String>,
+}
+
+/// One libvirt hypervisor.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Hypervisor {
+    /// Name: the failure domain and the `HYPERVISOR` of `libvirt://HYPERVISOR/UUID` provider IDs.
+    pub name: String,
+    /// libvirt URI (`qemu:///system`, `qemu+ssh://root@hv1/system`, `qemu+tls://hv1/system`).
+    pub uri: String,
+    /// Storage pool for the VMs' volumes. Default: `default`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
+    /// Whether control-plane VMs may run here. Default: `true`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_plane: Option<bool>,
+    /// libvirt domain type, `kvm` or `qemu` (software emulation). Default: `kvm`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub domain_type: Option<String>,
+}
+
+/// The base image of the VMs: a file on the management host, verified by its digest.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct VmImage {
+    /// `file://` URL of a qcow2 (or raw) image on the host running capstan.
+    pub url: String,
+    /// Hex sha256 (or sha512) digest of the image.
+    pub checksum: String,
+    /// `sha256` or `sha512`. Default: `sha256`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum_type: Option<String>,
+    /// `qcow2` or `raw`. Default: `qcow2`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<String>,
 }
 
 fn default_api_port() -> u16 {
@@ -175,6 +296,12 @@ pub struct WorkerPool {
     /// worker of this pool. Default: none.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub host_selector: BTreeMap<String, String>,
+    /// What the pool's machines are: `bare-metal` hosts (the default) or `kvm` VMs.
+    #[serde(default, skip_serializing_if = "Machines::is_bare_metal")]
+    pub machines: Machines,
+    /// The VMs' size and NICs when `machines` is `kvm` (defaults as for the control plane).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vm: Option<Vm>,
 }
 
 /// The OS image written to each host's disk when a machine claims it.

@@ -21,7 +21,8 @@ use crate::network::{
     VlanLink, vlan_name,
 };
 use crate::spec::{
-    BmcCredentials, ChecksumType, Host, IntOrPercent, Role, RootDeviceHints, Spec, WorkerPool,
+    BmcCredentials, ChecksumType, Host, IntOrPercent, Machines, Role, RootDeviceHints, Spec, Vm,
+    WorkerPool,
 };
 use crate::{LABEL_CLUSTER, LABEL_POOL, LABEL_ROLE};
 
@@ -168,6 +169,7 @@ impl<'s> Checker<'s> {
         self.check_dns_wait();
         self.check_health_check();
         let pools = self.check_pools();
+        self.check_kvm();
         let hosts = self.check_hosts(pod_cidr.as_ref(), service_cidr.as_ref());
         self.check_replicas(&hosts, &pools);
         if let Some(vip) = vip {
@@ -369,6 +371,184 @@ impl<'s> Checker<'s> {
                     );
                 }
                 inferred
+            }
+        }
+    }
+
+    /// The KVM side: `kvm` is there when machines run on VMs, and reads.
+    fn check_kvm(&mut self) {
+        let spec = self.spec;
+        let control_plane_on_vms = spec.control_plane.machines == Machines::Kvm;
+        let mut groups: Vec<(FieldPath, Option<&Vm>)> = Vec::new();
+        if control_plane_on_vms {
+            groups.push((path("controlPlane"), spec.control_plane.vm.as_ref()));
+        }
+        for (i, pool) in spec.worker_pools.iter().enumerate() {
+            if pool.machines == Machines::Kvm {
+                groups.push((path("workerPools").index(i), pool.vm.as_ref()));
+            } else if pool.vm.is_some() {
+                self.warn(
+                    &path("workerPools").index(i).key("vm"),
+                    "`vm` is only used with `machines: kvm`; this pool runs on bare-metal hosts",
+                );
+            }
+        }
+        if !control_plane_on_vms && spec.control_plane.vm.is_some() {
+            self.warn(
+                &path("controlPlane.vm"),
+                "`vm` is only used with `machines: kvm`; the control plane runs on bare-metal hosts",
+            );
+        }
+        let Some(kvm) = &spec.kvm else {
+            if let Some((at, _)) = groups.first() {
+                self.error(
+                    &at.key("machines"),
+                    "machines run as KVM VMs but the spec has no `kvm` section: list the hypervisors and the VMs' base image there",
+                );
+            }
+            return;
+        };
+        if groups.is_empty() {
+            self.warn(
+                &path("kvm"),
+                "no machines run on KVM (`machines: kvm` on the control plane or a pool), so `kvm` is not used",
+            );
+        }
+        let mut names = HashSet::new();
+        if kvm.hypervisors.is_empty() {
+            self.error(
+                &path("kvm.hypervisors"),
+                "list at least one hypervisor (name and libvirt uri)",
+            );
+        }
+        for (i, hypervisor) in kvm.hypervisors.iter().enumerate() {
+            let at = path("kvm.hypervisors").index(i);
+            if !is_dns1123_label(&hypervisor.name) {
+                self.error(
+                    &at.key("name"),
+                    format!("{:?} is not a valid hypervisor name; use lowercase letters, digits and '-'", hypervisor.name),
+                );
+            }
+            if !names.insert(hypervisor.name.as_str()) {
+                self.error(
+                    &at.key("name"),
+                    format!("hypervisor {:?} is listed twice", hypervisor.name),
+                );
+            }
+            let scheme = hypervisor.uri.split("://").next().unwrap_or_default();
+            if !hypervisor.uri.contains("://") || !LIBVIRT_SCHEMES.contains(&scheme) {
+                self.error(
+                    &at.key("uri"),
+                    format!(
+                        "{:?} is not a libvirt URI capstan can use; write one of {}:// (e.g. qemu+ssh://root@hv1/system)",
+                        hypervisor.uri,
+                        LIBVIRT_SCHEMES.join("://, ")
+                    ),
+                );
+            }
+            if let Some(kind) = &hypervisor.domain_type
+                && kind != "kvm"
+                && kind != "qemu"
+            {
+                self.error(
+                    &at.key("domainType"),
+                    format!("{kind:?} is not a domain type; write kvm or qemu"),
+                );
+            }
+        }
+        if control_plane_on_vms
+            && !kvm.hypervisors.is_empty()
+            && kvm
+                .hypervisors
+                .iter()
+                .all(|h| h.control_plane == Some(false))
+        {
+            self.error(
+                &path("controlPlane.machines"),
+                "the control plane runs on KVM VMs but every hypervisor has `controlPlane: false`",
+            );
+        }
+        if !kvm.image.url.starts_with("file://") {
+            self.error(
+                &path("kvm.image.url"),
+                format!("{:?} is not a file:// URL: the VMs' base image is read from the host running capstan", kvm.image.url),
+            );
+        }
+        let digits = match kvm.image.checksum_type.as_deref() {
+            None | Some("sha256") => 64,
+            Some("sha512") => 128,
+            Some(other) => {
+                self.error(
+                    &path("kvm.image.checksumType"),
+                    format!("{other:?} is not sha256 or sha512"),
+                );
+                0
+            }
+        };
+        let checksum = kvm.image.checksum.trim();
+        if digits > 0
+            && (checksum.len() != digits || !checksum.bytes().all(|b| b.is_ascii_hexdigit()))
+        {
+            self.error(
+                &path("kvm.image.checksum"),
+                format!("the base image's checksum must be {digits} hex digits"),
+            );
+        }
+        if let Some(format) = kvm.image.format.as_deref()
+            && format != "qcow2"
+            && format != "raw"
+        {
+            self.error(
+                &path("kvm.image.format"),
+                format!("{format:?} is not qcow2 or raw"),
+            );
+        }
+        for (i, server) in kvm.dns_servers.iter().enumerate() {
+            if server.parse::<IpAddr>().is_err() {
+                self.error(
+                    &path("kvm.dnsServers").index(i),
+                    format!("{server:?} is not an IP address"),
+                );
+            }
+        }
+        for (at, vm) in groups {
+            let Some(vm) = vm else { continue };
+            let at = at.key("vm");
+            for (field, value) in [
+                ("memory", &vm.memory),
+                ("disk", &vm.disk),
+                ("dockerVolumeSize", &vm.docker_volume_size),
+            ] {
+                if let Some(value) = value
+                    && let Err(err) = capstan_model::kvm::quantity_bytes(value)
+                {
+                    self.error(&at.key(field), err.to_string());
+                }
+            }
+            if vm.cpu == Some(0) {
+                self.error(&at.key("cpu"), "a VM needs at least 1 vCPU");
+            }
+            for (n, network) in vm.networks.iter().enumerate() {
+                let at = at.key("networks").index(n);
+                if network.network.is_some() && network.bridge.is_some() {
+                    self.error(&at, "set `network` or `bridge`, not both");
+                }
+                if let Some(address) = &network.address
+                    && address.parse::<IpNet>().is_err()
+                {
+                    self.error(
+                        &at.key("address"),
+                        format!("{address:?} is not an address with a prefix length (10.0.0.5/24)"),
+                    );
+                }
+                if let Some(gateway) = &network.gateway
+                    && gateway.parse::<IpAddr>().is_err()
+                {
+                    self.error(
+                        &at.key("gateway"),
+                        format!("{gateway:?} is not an IP address"),
+                    );
+                }
             }
         }
     }
@@ -1293,13 +1473,23 @@ impl<'s> Checker<'s> {
                 format!("{replicas} control-plane replicas tolerate no more failures than {}; etcd needs a majority, so use an odd number", replicas - 1),
             );
         }
-        if usize::try_from(replicas).unwrap_or(usize::MAX) > cp_hosts {
+        let on_hosts = spec.control_plane.machines.is_bare_metal();
+        if on_hosts && usize::try_from(replicas).unwrap_or(usize::MAX) > cp_hosts {
             self.error(
                 &path("controlPlane.replicas"),
                 format!("{replicas} control-plane replicas but only {cp_hosts} hosts with role control-plane; add hosts or lower replicas"),
             );
         }
+        if !on_hosts && cp_hosts > 0 {
+            self.warn(
+                &path("controlPlane.machines"),
+                format!("the control plane runs on KVM VMs, so the {cp_hosts} hosts with role control-plane are not used by this cluster"),
+            );
+        }
         for (i, pool) in pools.iter().enumerate() {
+            if !pool.pool.machines.is_bare_metal() {
+                continue;
+            }
             let matching = hosts
                 .iter()
                 .filter(|h| {
@@ -1353,7 +1543,7 @@ impl<'s> Checker<'s> {
                 AddressKind::Dhcp4 => false,
             })
         });
-        if !hosts.is_empty() && !in_any_subnet {
+        if !hosts.is_empty() && !in_any_subnet && spec.control_plane.machines.is_bare_metal() {
             self.warn(
                 &path("controlPlane.vip"),
                 format!("the VIP {vip} is outside every host subnet; kube-vip in ARP mode announces it on the control-plane hosts' own subnet"),
@@ -1542,6 +1732,16 @@ impl<'s> Checker<'s> {
 }
 
 /// Whether two networks share any address.
+/// libvirt URI schemes the KVM provider connects with.
+const LIBVIRT_SCHEMES: &[&str] = &[
+    "qemu",
+    "qemu+ssh",
+    "qemu+tls",
+    "qemu+tcp",
+    "qemu+unix",
+    "test",
+];
+
 fn overlaps(a: &IpNet, b: &IpNet) -> bool {
     a.contains(&b.network()) || b.contains(&a.network())
 }

@@ -8,8 +8,9 @@ use std::collections::BTreeSet;
 use capstan_render::spec::{
     Address, Bgp, BgpPeer, Bmc, BmcCredentials, BmcDefaults, Bond, BondMode, ChecksumType, Cilium,
     ControlPlane, CrsStrategy, DiskFormat, Dns, DnsWait, HealthCheck, Host, HostDefaults,
-    HostNetwork, Image, IntOrPercent, KubeVip, Kubernetes, LacpRate, PhysicalLink, Role,
-    RootDeviceHints, Router, Spec, StaticRoute, User, Vlan, WorkerPool, XmitHashPolicy,
+    HostNetwork, Hypervisor, Image, IntOrPercent, KubeVip, Kubernetes, Kvm, LacpRate, Machines,
+    PhysicalLink, Role, RootDeviceHints, Router, Spec, StaticRoute, User, Vlan, Vm, VmImage,
+    VmNetwork, WorkerPool, XmitHashPolicy,
 };
 use serde_json::Value;
 
@@ -42,6 +43,18 @@ fn every_field() -> Spec {
         nameservers: vec!["1.1.1.1".into()],
         search: vec!["s".into()],
     };
+    let vm = Vm {
+        cpu: Some(1),
+        memory: Some("m".into()),
+        disk: Some("d".into()),
+        docker_volume_size: Some("d".into()),
+        networks: vec![VmNetwork {
+            network: Some("n".into()),
+            bridge: Some("b".into()),
+            address: Some("a".into()),
+            gateway: Some("g".into()),
+        }],
+    };
     let mut spec = capstan_render::generate::generated_spec(1);
     spec.name = "n".into();
     spec.namespace = "n".into();
@@ -61,12 +74,33 @@ fn every_field() -> Spec {
             renew_deadline_seconds: 1,
             retry_period_seconds: 1,
         },
+        machines: Machines::Kvm,
+        vm: Some(vm.clone()),
     };
     spec.worker_pools = vec![WorkerPool {
         name: "p".into(),
         replicas: 1,
         host_selector: [("k".to_owned(), "v".to_owned())].into(),
+        machines: Machines::Kvm,
+        vm: Some(vm),
     }];
+    spec.kvm = Some(Kvm {
+        hypervisors: vec![Hypervisor {
+            name: "h".into(),
+            uri: "u".into(),
+            pool: Some("p".into()),
+            control_plane: Some(true),
+            domain_type: Some("kvm".into()),
+        }],
+        image: VmImage {
+            url: "u".into(),
+            checksum: "c".into(),
+            checksum_type: Some("sha256".into()),
+            format: Some("qcow2".into()),
+        },
+        dns_servers: vec!["d".into()],
+        ntp_servers: vec!["n".into()],
+    });
     spec.image = Image {
         url: "u".into(),
         checksum: "c".into(),

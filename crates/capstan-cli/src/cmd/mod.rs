@@ -8,6 +8,7 @@ mod bench_hosts;
 mod bench_image;
 mod clusterctl;
 mod controllers;
+mod convert;
 mod crds;
 mod delete;
 mod describe;
@@ -33,6 +34,9 @@ pub enum Command {
     Render(render::Args),
     /// Check CAPI / Metal3 manifests for the field's known pitfalls.
     Lint(lint::Args),
+    /// Rewrite Cluster API manifests from v1alpha4 / v1beta1 to v1beta2, keeping comments;
+    /// refuses (exit 1, nothing written) what would lose a field.
+    Convert(convert::Args),
     /// Run the embedded management plane: a Kubernetes-compatible API over SQLite.
     Serve(serve::Args),
     /// Print the admin kubeconfig of `capstan serve`.
@@ -83,6 +87,7 @@ pub fn run(command: Command, style: &Style) -> anyhow::Result<Exit> {
     match command {
         Command::Render(args) => render::run(args, style),
         Command::Lint(args) => lint::run(args, style),
+        Command::Convert(args) => convert::run(args, style),
         Command::Serve(args) => serve::run(args, style),
         Command::Kubeconfig(args) => kubeconfig::run(args),
         Command::Backup(args) => backup::run(args, style),

@@ -9,6 +9,7 @@ mod interfaces;
 mod kube_vip;
 pub(crate) mod network;
 mod notes;
+mod providers;
 mod references;
 pub(crate) mod schema;
 mod versions;
@@ -42,5 +43,6 @@ pub(crate) fn run(index: &Index<'_>, partial: bool, out: &mut Vec<Diagnostic>) {
     interfaces::check(&ctx, out);
     cilium::check(&ctx, out);
     capacity::check(&ctx, out);
+    providers::check(&ctx, out);
     notes::check(&ctx, out);
 }

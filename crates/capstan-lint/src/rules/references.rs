@@ -22,6 +22,12 @@ use crate::index::{Entry, KCP_CONFIG_PATH, KCT_CONFIG_PATH, M3MT_SPEC_PATH, Ref,
 const INFRA: &str = "infrastructure.cluster.x-k8s.io";
 const IPAM: &str = "ipam.metal3.io";
 
+/// The machine templates of the infrastructure providers capstan serves.
+const MACHINE_TEMPLATES: &[(&str, &str)] = &[
+    (INFRA, "Metal3MachineTemplate"),
+    (INFRA, "KVMMachineTemplate"),
+];
+
 /// Checks one reference: expected kinds (empty: any kind), existence.
 fn check_ref(
     ctx: &Ctx<'_, '_>,
@@ -146,7 +152,13 @@ pub(crate) fn check(ctx: &Ctx<'_, '_>, out: &mut Vec<Diagnostic>) {
         match &entry.view {
             View::Cluster(c) => {
                 if let Some(r) = &c.infrastructure_ref {
-                    check_ref(ctx, entry, r, &[(INFRA, "Metal3Cluster")], out);
+                    check_ref(
+                        ctx,
+                        entry,
+                        r,
+                        &[(INFRA, "Metal3Cluster"), (INFRA, "KVMCluster")],
+                        out,
+                    );
                 }
                 if let Some(r) = &c.control_plane_ref {
                     check_ref(
@@ -159,13 +171,7 @@ pub(crate) fn check(ctx: &Ctx<'_, '_>, out: &mut Vec<Diagnostic>) {
                 }
             }
             View::ControlPlane(kcp) => {
-                check_required(
-                    ctx,
-                    entry,
-                    &kcp.infrastructure_ref,
-                    &[(INFRA, "Metal3MachineTemplate")],
-                    out,
-                );
+                check_required(ctx, entry, &kcp.infrastructure_ref, MACHINE_TEMPLATES, out);
                 content_from(ctx, entry, &kcp.config, KCP_CONFIG_PATH, out);
             }
             View::Deployment(md) => {
@@ -178,13 +184,7 @@ pub(crate) fn check(ctx: &Ctx<'_, '_>, out: &mut Vec<Diagnostic>) {
                         out,
                     );
                 }
-                check_required(
-                    ctx,
-                    entry,
-                    &md.infrastructure_ref,
-                    &[(INFRA, "Metal3MachineTemplate")],
-                    out,
-                );
+                check_required(ctx, entry, &md.infrastructure_ref, MACHINE_TEMPLATES, out);
                 check_cluster_name(ctx, entry, &md.cluster_name, "spec.clusterName", out);
                 selector(entry, md, out);
             }

@@ -17,7 +17,9 @@
 //! documentation.
 //!
 //! Converting to the version an object already has returns it unchanged. Kinds not listed below,
-//! and every other group, only get their `apiVersion` rewritten.
+//! and every other group, only get their `apiVersion` rewritten. Cluster API `v1alpha4` objects,
+//! which capstan does not serve, are taken to `v1beta1` first by [`v1alpha4::to_v1beta1`]
+//! (`capstan convert`).
 //!
 //! # Mappings
 //!
@@ -125,10 +127,11 @@ mod duration;
 mod kubeadm;
 pub mod stash;
 mod tree;
+pub mod v1alpha4;
 
 use serde_json::Value;
 
-pub use duration::{DurationError, format_seconds, parse_seconds};
+pub use duration::{DurationError, format_seconds, parse_nanos, parse_seconds};
 pub use stash::CONVERSION_DATA_ANNOTATION;
 
 use stash::Stash;
