@@ -24,7 +24,13 @@ targets=("$@")
 if [ "${#targets[@]}" -eq 0 ]; then
     mapfile -t targets < <(cargo +nightly fuzz list)
 fi
-cargo +nightly fuzz build
+# One build, then the built binaries are run directly: a campaign fuzzes exactly the code it
+# started with, even if the sources change meanwhile. FUZZ_SKIP_BUILD=1 reuses the last build (to
+# run two campaigns side by side).
+if [ "${FUZZ_SKIP_BUILD:-0}" != 1 ]; then
+    cargo +nightly fuzz build
+fi
+bin_dir="target/$(rustc +nightly -vV | sed -n 's/^host: //p')/release"
 mkdir -p logs
 failed=0
 printf '%-16s %8s %14s %10s %8s %s\n' TARGET SECONDS EXECUTIONS EXEC/S CORPUS RESULT
@@ -35,7 +41,8 @@ for target in "${targets[@]}"; do
     fi
     log="logs/$target.log"
     status=0
-    cargo +nightly fuzz run "$target" "corpus/$target" -- \
+    mkdir -p "artifacts/$target"
+    "$bin_dir/$target" -artifact_prefix="artifacts/$target/" "corpus/$target" \
         -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
         >"$log" 2>&1 || status=$?
     runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1)
