@@ -1593,7 +1593,7 @@ async fn patch(state: Arc<ApiState>, request: Request, body: Bytes) -> Result<Re
     let kind = patch_kind(&request.headers)?;
     if matches!(kind, PatchKind::Strategic) && !strategic_patchable(&request) {
         return Err(ApiError::UnsupportedMediaType(
-            "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (strategic merge patch is for Kubernetes' own kinds)".into(),
+            "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml".into(),
         ));
     }
     let name = request.path.name.clone().unwrap_or_default();
