@@ -329,16 +329,18 @@ fn admit(
             obj.insert("kind".into(), Value::String(request.kind().to_owned()));
         }
     }
-    // Empty label and annotation maps are no maps (Go's `omitempty`), so a patch that leaves
-    // `annotations: {}` behind (`kubectl diff`, `kubectl apply`) stores and owns nothing.
+    // Empty label and annotation maps, finalizer and owner lists are none at all (Go's
+    // `omitempty`), so a patch that leaves `annotations: {}` behind (`kubectl diff`, `kubectl
+    // apply`) or empties `ownerReferences` (the garbage collector orphaning) stores nothing.
     if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
-        for map in ["labels", "annotations"] {
-            if meta
-                .get(map)
-                .and_then(Value::as_object)
-                .is_some_and(serde_json::Map::is_empty)
-            {
-                meta.remove(map);
+        for field in ["labels", "annotations", "finalizers", "ownerReferences"] {
+            let empty = match meta.get(field) {
+                Some(Value::Object(map)) => map.is_empty(),
+                Some(Value::Array(list)) => list.is_empty(),
+                _ => false,
+            };
+            if empty {
+                meta.remove(field);
             }
         }
     }

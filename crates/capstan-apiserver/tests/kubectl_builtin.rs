@@ -1057,6 +1057,9 @@ fn battery() -> Vec<Step> {
             &["patch", "cm", "cfg", "--type=json", "-p", r#"[{"op":"remove","path":"/metadata/finalizers"}]"#],
             &["configmap/cfg patched"],
         ),
+        run(&["patch", "cm", "cfg", "--type=merge", "-p", r#"{"metadata":{"finalizers":["example.com/c"]}}"#], &["configmap/cfg patched"]),
+        run(&["patch", "cm", "cfg", "--type=merge", "-p", r#"{"metadata":{"finalizers":[]}}"#], &["configmap/cfg patched"]),
+        run(&["get", "cm", "cfg", "-o", "json"], &["\"name\": \"cfg\""]).without(&["finalizers"]),
         run(
             &["patch", "md", "workers", "--type=merge", "-p", r#"{"spec":{"replicas":2}}"#],
             &["machinedeployment.cluster.x-k8s.io/workers patched"],
