@@ -988,11 +988,19 @@ pub fn default_policy() -> Vec<Value> {
         // What capstan's controllers need on the management API: their own kinds, the Secrets
         // and ConfigMaps those reference (BMC credentials, bootstrap data, kubeconfigs, addons),
         // Events, and Leases for leader election; reading CRDs. Not RBAC, not CRD writes, not
-        // other groups.
+        // other groups — except what the garbage collector needs on every kind, as
+        // kube-controller-manager's `system:controller:generic-garbage-collector` has it: read and
+        // watch (the owner graph), patch and update (dropping owner references and its finalizers)
+        // and delete (dependents of deleted owners). It creates nothing.
         cluster_role(
             CONTROLLERS_USER,
             json!({}),
             vec![
+                rule(
+                    &["*"],
+                    &["*"],
+                    vec!["get", "list", "watch", "patch", "update", "delete"],
+                ),
                 rule(&capstan_groups, &["*"], vec!["*"]),
                 rule(&[""], &["configmaps", "events", "secrets"], vec!["*"]),
                 rule(&[""], &["namespaces"], read()),

@@ -329,6 +329,21 @@ fn admit(
             obj.insert("kind".into(), Value::String(request.kind().to_owned()));
         }
     }
+    // Empty label and annotation maps, finalizer and owner lists are none at all (Go's
+    // `omitempty`), so a patch that leaves `annotations: {}` behind (`kubectl diff`, `kubectl
+    // apply`) or empties `ownerReferences` (the garbage collector orphaning) stores nothing.
+    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        for field in ["labels", "annotations", "finalizers", "ownerReferences"] {
+            let empty = match meta.get(field) {
+                Some(Value::Object(map)) => map.is_empty(),
+                Some(Value::Array(list)) => list.is_empty(),
+                _ => false,
+            };
+            if empty {
+                meta.remove(field);
+            }
+        }
+    }
     if request.group().is_empty() {
         default_core(request.kind(), object);
     }
@@ -653,7 +668,7 @@ async fn stream_list(
                         .map(|v| v.to_string()),
                     ItemForm::TableRow(columns) => stored_value(item)
                         .and_then(|v| request.to_requested(&state, v))
-                        .map(|v| table::table(&[v], columns, "", None)["rows"][0].to_string()),
+                        .map(|v| request.table(&[v], columns, "", None)["rows"][0].to_string()),
                 };
                 let text = match text {
                     Ok(text) => text,
@@ -1225,18 +1240,22 @@ fn is_crd(request: &Request) -> bool {
     request.group() == "apiextensions.k8s.io" && request.kind() == "CustomResourceDefinition"
 }
 
-async fn ensure_namespace(state: &ApiState, request: &Request) -> Result<(), ApiError> {
+/// The namespace of a create must exist and not be terminating (kube-apiserver's namespace
+/// lifecycle admission: `403` naming the object being created).
+async fn ensure_namespace(state: &ApiState, request: &Request, name: &str) -> Result<(), ApiError> {
     let Some(ns) = request.path.namespace.as_deref() else {
         return Ok(());
     };
     let key = ObjectKey::new("/namespaces", "", ns);
     match state.store.get(key).await? {
         Some(found) if lifecycle::is_being_deleted(&stored_value(&found)?) => {
-            Err(ApiError::Conflict {
-                group: String::new(),
-                resource: "namespaces".into(),
-                name: ns.to_owned(),
-                message: format!("namespace {ns} is being terminated"),
+            Err(ApiError::Forbidden {
+                group: request.group().to_owned(),
+                resource: request.path.plural.clone(),
+                name: name.to_owned(),
+                message: format!(
+                    "unable to create new content in namespace {ns} because it is being terminated"
+                ),
             })
         }
         Some(_) => Ok(()),
@@ -1304,7 +1323,7 @@ async fn create_once(
     } else {
         None
     };
-    ensure_namespace(state, request).await?;
+    ensure_namespace(state, request, &name).await?;
     let entries = match applied {
         Some(entries) => entries,
         None => {
@@ -1434,6 +1453,13 @@ async fn write_owned(
         return request.to_requested(state, old);
     }
     if request.dry_run() {
+        // As kube-apiserver: the object as it would be stored, at the version it was read at.
+        if let (Some(meta), Some(rv)) = (
+            new_storage["metadata"].as_object_mut(),
+            old["metadata"].get("resourceVersion"),
+        ) {
+            meta.insert("resourceVersion".into(), rv.clone());
+        }
         return request.to_requested(state, new_storage);
     }
     if lifecycle::is_being_deleted(&new_storage) && lifecycle::finalizers(&new_storage).is_empty() {
@@ -1569,7 +1595,7 @@ async fn patch(state: Arc<ApiState>, request: Request, body: Bytes) -> Result<Re
     let kind = patch_kind(&request.headers)?;
     if matches!(kind, PatchKind::Strategic) && !strategic_patchable(&request) {
         return Err(ApiError::UnsupportedMediaType(
-            "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (strategic merge patch is for Kubernetes' own kinds)".into(),
+            "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml".into(),
         ));
     }
     let name = request.path.name.clone().unwrap_or_default();
@@ -1876,6 +1902,11 @@ pub(crate) async fn delete_one(
         return request.to_requested(state, object);
     }
     lifecycle::mark_deleted(&mut object)?;
+    if request.group().is_empty() && request.kind() == "Namespace" {
+        // kube-apiserver's namespace storage marks the phase with the deletion, so a read right
+        // after `kubectl delete ns --wait=false` sees `Terminating`.
+        object["status"]["phase"] = Value::String("Terminating".into());
+    }
     let stored = state
         .store
         .update(current.key.clone(), object, Some(current.resource_version))

@@ -92,7 +92,11 @@ pub fn prepare_create(
         Value::String(uuid::Uuid::new_v4().to_string()),
     );
     meta.insert("creationTimestamp".into(), Value::String(now()));
-    meta.insert("generation".into(), Value::from(1));
+    if tracks_generation(kind) {
+        meta.insert("generation".into(), Value::from(1));
+    } else {
+        meta.remove("generation");
+    }
     for server_owned in [
         "resourceVersion",
         "deletionTimestamp",
@@ -102,6 +106,29 @@ pub fn prepare_create(
         meta.remove(server_owned);
     }
     Ok(name)
+}
+
+/// Whether objects of `kind` carry `metadata.generation`: custom resources and the Kubernetes kinds
+/// whose spec a controller acts on do; kube-apiserver leaves it off the kinds that have no spec to
+/// observe (ConfigMaps, Secrets, Namespaces, RBAC, Events …), and so does this server.
+pub fn tracks_generation(kind: &str) -> bool {
+    !matches!(
+        kind,
+        "Namespace"
+            | "ConfigMap"
+            | "Secret"
+            | "ServiceAccount"
+            | "Node"
+            | "Service"
+            | "Endpoints"
+            | "Event"
+            | "Lease"
+            | "Role"
+            | "ClusterRole"
+            | "RoleBinding"
+            | "ClusterRoleBinding"
+            | "CertificateSigningRequest"
+    )
 }
 
 /// Names must be DNS subdomains: lowercase alphanumerics, `-` and `.`, at most 253 characters.
@@ -262,7 +289,7 @@ pub fn prepare_update(
             });
         }
     }
-    if spec_part(old) != spec_part(new) {
+    if spec_part(old) != spec_part(new) && old["metadata"].get("generation").is_some() {
         let generation = old["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
         metadata_mut(new)?.insert("generation".into(), Value::from(generation));
     }
@@ -298,8 +325,9 @@ pub fn mark_deleted(object: &mut Value) -> Result<(), ApiError> {
     if !meta.contains_key("deletionTimestamp") {
         meta.insert("deletionTimestamp".into(), Value::String(now()));
         meta.insert("deletionGracePeriodSeconds".into(), Value::from(0));
-        let generation = meta.get("generation").and_then(Value::as_i64).unwrap_or(0) + 1;
-        meta.insert("generation".into(), Value::from(generation));
+        if let Some(generation) = meta.get("generation").and_then(Value::as_i64) {
+            meta.insert("generation".into(), Value::from(generation + 1));
+        }
     }
     Ok(())
 }

@@ -1,5 +1,10 @@
 //! `Table` responses (`Accept: application/json;as=Table;g=meta.k8s.io;v=v1`), which `kubectl get` prints:
 //! a Name column, the kind's printer columns (evaluated with a JSONPath subset), and Age.
+//!
+//! Kubernetes' own kinds also have columns no JSONPath expresses (`READY 1/3`, `PORT(S) 80/TCP`,
+//! `DATA 2`, an Event's `OBJECT deployment/web`): their `jsonPath` is `=FUNCTION:ARGUMENTS`, computed
+//! here as kube-apiserver's printers do. A kind whose columns include `Name` gets no Name or Age
+//! column added (Events: `LAST SEEN TYPE REASON OBJECT MESSAGE`, the name only with `-o wide`).
 
 use serde_json::{Value, json};
 
@@ -58,18 +63,270 @@ pub fn eval_json_path<'a>(value: &'a Value, path: &str) -> Vec<&'a Value> {
     current
 }
 
-/// `kubectl`-style age: `45s`, `12m`, `5h`, `3d`.
+/// `kubectl`-style age, as Kubernetes' `duration.HumanDuration`: `45s`, `5m30s`, `12m`, `5h10m`,
+/// `20h`, `3d4h`, `30d`, `2y10d`.
 pub fn age(created: &str) -> String {
     let Ok(created) = created.parse::<jiff::Timestamp>() else {
         return "<unknown>".into();
     };
     let seconds = jiff::Timestamp::now().as_second() - created.as_second();
-    let seconds = seconds.max(0);
+    human_duration(seconds.max(0))
+}
+
+fn human_duration(seconds: i64) -> String {
+    let with = |big: i64, big_unit: &str, small: i64, small_unit: &str| {
+        if small == 0 {
+            format!("{big}{big_unit}")
+        } else {
+            format!("{big}{big_unit}{small}{small_unit}")
+        }
+    };
+    let minutes = seconds / 60;
+    let hours = seconds / 3600;
     match seconds {
         s if s < 120 => format!("{s}s"),
-        s if s < 3 * 3600 => format!("{}m", s / 60),
-        s if s < 48 * 3600 => format!("{}h", s / 3600),
-        s => format!("{}d", s / 86400),
+        _ if minutes < 10 => with(minutes, "m", seconds % 60, "s"),
+        _ if minutes < 3 * 60 => format!("{minutes}m"),
+        _ if hours < 8 => with(hours, "h", minutes % 60, "m"),
+        _ if hours < 48 => format!("{hours}h"),
+        _ if hours < 24 * 8 => with(hours / 24, "d", hours % 24, "h"),
+        _ if hours < 24 * 365 * 2 => format!("{}d", hours / 24),
+        _ if hours < 24 * 365 * 8 => with(hours / 24 / 365, "y", (hours / 24) % 365, "d"),
+        _ => format!("{}y", hours / 24 / 365),
+    }
+}
+
+/// The single value at `path` (the first match).
+fn at<'a>(object: &'a Value, path: &str) -> Option<&'a Value> {
+    eval_json_path(object, path).into_iter().next()
+}
+
+fn int_at(object: &Value, path: &str) -> i64 {
+    at(object, path).and_then(Value::as_i64).unwrap_or(0)
+}
+
+fn string_or_none(value: Option<&Value>) -> Value {
+    match value.and_then(Value::as_str).filter(|s| !s.is_empty()) {
+        Some(s) => Value::String(s.to_owned()),
+        None => Value::String("<none>".into()),
+    }
+}
+
+/// `k=v,k2=v2` (sorted by key), `<none>` when empty; label selectors also print their expressions
+/// (`k in (a,b)`, `k notin (a)`, `k`, `!k`), as `metav1.FormatLabelSelector`.
+fn format_selector(value: Option<&Value>) -> String {
+    let Some(Value::Object(map)) = value else {
+        return "<none>".into();
+    };
+    let (labels, expressions) =
+        if map.contains_key("matchLabels") || map.contains_key("matchExpressions") {
+            (
+                map.get("matchLabels").and_then(Value::as_object),
+                map.get("matchExpressions").and_then(Value::as_array),
+            )
+        } else {
+            (Some(map), None)
+        };
+    let mut parts: Vec<String> = labels
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+        .collect();
+    parts.sort();
+    for e in expressions.into_iter().flatten() {
+        let key = e["key"].as_str().unwrap_or_default();
+        let values: Vec<&str> = e["values"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        parts.push(match e["operator"].as_str().unwrap_or_default() {
+            "In" => format!("{key} in ({})", values.join(",")),
+            "NotIn" => format!("{key} notin ({})", values.join(",")),
+            "Exists" => key.to_owned(),
+            "DoesNotExist" => format!("!{key}"),
+            other => format!("{key} {other} ({})", values.join(",")),
+        });
+    }
+    if parts.is_empty() {
+        "<none>".into()
+    } else {
+        parts.join(",")
+    }
+}
+
+/// A computed column (`jsonPath` `=FUNCTION:ARGUMENTS`, see the module documentation).
+fn computed(object: &Value, spec: &str) -> Value {
+    let (function, arguments) = spec.split_once(':').unwrap_or((spec, ""));
+    let paths: Vec<&str> = arguments.split(',').filter(|p| !p.is_empty()).collect();
+    let first = paths.first().copied().unwrap_or_default();
+    match function {
+        // `ready/desired`, both defaulting to 0.
+        "ratio" => Value::String(format!(
+            "{}/{}",
+            int_at(object, first),
+            int_at(object, paths.get(1).copied().unwrap_or_default())
+        )),
+        "int" => Value::from(int_at(object, first)),
+        // How many entries the maps or lists at the paths hold together.
+        "count" => Value::from(
+            paths
+                .iter()
+                .filter_map(|p| at(object, p))
+                .map(|v| match v {
+                    Value::Object(m) => m.len(),
+                    Value::Array(a) => a.len(),
+                    _ => 0,
+                })
+                .sum::<usize>(),
+        ),
+        // A field of every item of the list at the first path, comma-separated.
+        "join" => {
+            let field = paths.get(1).copied().unwrap_or("name");
+            let items: Vec<&str> = at(object, first)
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(|i| i[field].as_str()).collect())
+                .unwrap_or_default();
+            Value::String(if items.is_empty() {
+                "<none>".into()
+            } else {
+                items.join(",")
+            })
+        }
+        "selector" => Value::String(format_selector(at(object, first))),
+        "or-none" => string_or_none(at(object, first)),
+        // An int-or-string, `N/A` when unset (a PodDisruptionBudget's bounds).
+        "or-na" => Value::String(match at(object, first) {
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Number(n)) => n.to_string(),
+            _ => "N/A".into(),
+        }),
+        // A Service's ports: `80/TCP`, `80:30080/TCP` with a node port.
+        "ports" => {
+            let ports: Vec<String> = at(object, first)
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .map(|p| {
+                            let protocol = p["protocol"].as_str().unwrap_or("TCP");
+                            match p["nodePort"].as_i64().filter(|n| *n > 0) {
+                                Some(node) => format!("{}:{node}/{protocol}", p["port"]),
+                                None => format!("{}/{protocol}", p["port"]),
+                            }
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            Value::String(if ports.is_empty() {
+                "<none>".into()
+            } else {
+                ports.join(",")
+            })
+        }
+        // A Service's external IPs: load balancer ingress and `spec.externalIPs`, else `<none>`
+        // (`<pending>` for a LoadBalancer without ingress).
+        "external-ips" => {
+            let mut ips: Vec<String> = object["status"]["loadBalancer"]["ingress"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|i| {
+                    i["ip"]
+                        .as_str()
+                        .or(i["hostname"].as_str())
+                        .map(str::to_owned)
+                })
+                .collect();
+            ips.extend(
+                object["spec"]["externalIPs"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|i| i.as_str().map(str::to_owned)),
+            );
+            Value::String(if !ips.is_empty() {
+                ips.join(",")
+            } else if object["spec"]["type"] == "LoadBalancer" {
+                "<pending>".into()
+            } else {
+                "<none>".into()
+            })
+        }
+        // A Pod's ready containers of all.
+        "pod-ready" => {
+            let total = object["spec"]["containers"].as_array().map_or(0, Vec::len);
+            let ready = object["status"]["containerStatuses"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|c| c["ready"] == Value::Bool(true))
+                .count();
+            Value::String(format!("{ready}/{total}"))
+        }
+        "pod-restarts" => Value::from(
+            object["status"]["containerStatuses"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|c| c["restartCount"].as_i64())
+                .sum::<i64>(),
+        ),
+        // An Event's involved object: `kind/name` with the kind in lower case.
+        "event-object" => {
+            let kind = object["involvedObject"]["kind"]
+                .as_str()
+                .unwrap_or_default()
+                .to_lowercase();
+            match object["involvedObject"]["name"]
+                .as_str()
+                .filter(|n| !n.is_empty())
+            {
+                Some(name) => Value::String(format!("{kind}/{name}")),
+                None => Value::String(kind),
+            }
+        }
+        "event-first-seen" => Value::String(event_first_seen(object)),
+        "event-last-seen" => Value::String(
+            match object["series"]["lastObservedTime"]
+                .as_str()
+                .or(object["lastTimestamp"].as_str())
+            {
+                Some(t) => age(t),
+                None => event_first_seen(object),
+            },
+        ),
+        "event-count" => Value::from(
+            object["series"]["count"]
+                .as_i64()
+                .or(object["count"].as_i64())
+                .filter(|c| *c > 0)
+                .unwrap_or(1),
+        ),
+        "event-source" => {
+            let component = object["source"]["component"]
+                .as_str()
+                .or(object["reportingComponent"].as_str())
+                .unwrap_or_default();
+            let host = object["source"]["host"]
+                .as_str()
+                .or(object["reportingInstance"].as_str())
+                .unwrap_or_default();
+            Value::String(if host.is_empty() {
+                component.to_owned()
+            } else {
+                format!("{component}, {host}")
+            })
+        }
+        _ => Value::Null,
+    }
+}
+
+fn event_first_seen(object: &Value) -> String {
+    match object["firstTimestamp"]
+        .as_str()
+        .or(object["eventTime"].as_str())
+    {
+        Some(t) => age(t),
+        None => "<unknown>".into(),
     }
 }
 
@@ -90,21 +347,31 @@ pub fn table(
     resource_version: &str,
     continue_token: Option<&str>,
 ) -> Value {
-    let mut definitions = vec![
-        json!({"name": "Name", "type": "string", "format": "name", "description": "Name must be unique within a namespace.", "priority": 0}),
-    ];
+    // A kind that places its Name column itself has every column given.
+    let complete = columns.iter().any(|c| c.name == "Name");
+    let mut definitions = Vec::new();
+    if !complete {
+        definitions.push(json!({"name": "Name", "type": "string", "format": "name", "description": "Name must be unique within a namespace.", "priority": 0}));
+    }
     for c in columns {
         definitions.push(json!({"name": c.name, "type": c.column_type, "format": c.format.clone().unwrap_or_default(), "description": c.description.clone().unwrap_or_default(), "priority": c.priority}));
     }
-    let has_age = columns.iter().any(|c| c.name.eq_ignore_ascii_case("age"));
+    let has_age = complete || columns.iter().any(|c| c.name.eq_ignore_ascii_case("age"));
     if !has_age {
         definitions.push(json!({"name": "Age", "type": "date", "format": "", "description": "Time since creation.", "priority": 0}));
     }
     let rows: Vec<Value> = objects
         .iter()
         .map(|o| {
-            let mut cells = vec![o["metadata"]["name"].clone()];
+            let mut cells = Vec::new();
+            if !complete {
+                cells.push(o["metadata"]["name"].clone());
+            }
             for c in columns {
+                if let Some(spec) = c.json_path.strip_prefix('=') {
+                    cells.push(computed(o, spec));
+                    continue;
+                }
                 let found = eval_json_path(o, &c.json_path);
                 cells.push(if found.len() > 1 {
                     Value::String(
@@ -175,6 +442,74 @@ mod tests {
         );
         assert_eq!(eval_json_path(&v, ".spec.items[1].n"), vec![&json!(2)]);
         assert!(eval_json_path(&v, ".nope.x").is_empty());
+    }
+
+    #[test]
+    fn ages_read_as_kubernetes_prints_them() {
+        for (seconds, text) in [
+            (45, "45s"),
+            (330, "5m30s"),
+            (300, "5m"),
+            (720, "12m"),
+            (5 * 3600 + 600, "5h10m"),
+            (20 * 3600, "20h"),
+            (3 * 86400 + 4 * 3600, "3d4h"),
+            (30 * 86400, "30d"),
+            (2 * 365 * 86400 + 10 * 86400, "2y10d"),
+            (9 * 365 * 86400, "9y"),
+        ] {
+            assert_eq!(human_duration(seconds), text);
+        }
+    }
+
+    #[test]
+    fn computed_columns_follow_the_kubernetes_printers() {
+        let deployment = json!({"spec": {"replicas": 3, "selector": {"matchLabels": {"b": "2", "a": "1"}, "matchExpressions": [{"key": "t", "operator": "In", "values": ["x", "y"]}]},
+            "template": {"spec": {"containers": [{"name": "web", "image": "nginx"}, {"name": "side", "image": "busybox"}]}}}, "status": {"readyReplicas": 1}});
+        assert_eq!(
+            computed(&deployment, "ratio:.status.readyReplicas,.spec.replicas"),
+            "1/3"
+        );
+        assert_eq!(computed(&deployment, "int:.status.updatedReplicas"), 0);
+        assert_eq!(
+            computed(&deployment, "join:.spec.template.spec.containers,image"),
+            "nginx,busybox"
+        );
+        assert_eq!(
+            computed(&deployment, "selector:.spec.selector"),
+            "a=1,b=2,t in (x,y)"
+        );
+        let config_map = json!({"data": {"a": "1", "b": "2"}, "binaryData": {"c": "AA=="}});
+        assert_eq!(computed(&config_map, "count:.data,.binaryData"), 3);
+        let service = json!({"spec": {"type": "NodePort", "ports": [{"port": 80, "protocol": "TCP", "nodePort": 30080}, {"port": 53, "protocol": "UDP"}]}});
+        assert_eq!(
+            computed(&service, "ports:.spec.ports"),
+            "80:30080/TCP,53/UDP"
+        );
+        assert_eq!(computed(&service, "external-ips"), "<none>");
+        let event = json!({"involvedObject": {"kind": "Deployment", "name": "web"}, "count": 0});
+        assert_eq!(computed(&event, "event-object"), "deployment/web");
+        assert_eq!(computed(&event, "event-count"), 1);
+    }
+
+    #[test]
+    fn a_kind_placing_its_name_column_gets_no_name_or_age_added() {
+        let col = |name: &str, path: &str, priority: i32| PrinterColumn {
+            name: name.into(),
+            column_type: "string".into(),
+            format: None,
+            description: None,
+            priority,
+            json_path: path.into(),
+        };
+        let columns = vec![
+            col("Reason", ".reason", 0),
+            col("Name", ".metadata.name", 1),
+        ];
+        let event = json!({"metadata": {"name": "e1", "creationTimestamp": "2020-01-01T00:00:00Z"}, "reason": "Scaled"});
+        let t = table(&[event], &columns, "1", None);
+        assert_eq!(t["rows"][0]["cells"], json!(["Scaled", "e1"]));
+        assert_eq!(t["columnDefinitions"].as_array().unwrap().len(), 2);
     }
 
     #[test]

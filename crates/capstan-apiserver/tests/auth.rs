@@ -693,7 +693,7 @@ fn older_kubectl_versions_ask_can_i_and_whoami() {
 }
 
 #[test]
-fn the_controllers_role_covers_capstans_kinds_and_not_rbac() {
+fn the_controllers_role_covers_capstans_kinds_and_what_the_collector_needs() {
     let server = start();
     let can = |args: &[&str]| {
         let mut all = vec!["auth", "can-i", "--as=capstan:controllers"];
@@ -726,7 +726,13 @@ fn the_controllers_role_covers_capstans_kinds_and_not_rbac() {
         (&["create", "clusterrolebindings"][..], "no"),
         (&["create", "customresourcedefinitions"][..], "no"),
         (&["create", "pods", "-n", "x"][..], "no"),
-        (&["delete", "namespaces"][..], "no"),
+        (&["create", "namespaces"][..], "no"),
+        (&["update", "roles", "-n", "x"][..], "yes"),
+        (&["escalate", "roles", "-n", "x"][..], "no"),
+        // The garbage collector acts on every kind (owner references are on any object).
+        (&["list", "deployments.apps", "-A"][..], "yes"),
+        (&["delete", "deployments.apps", "-n", "x"][..], "yes"),
+        (&["patch", "nodes"][..], "yes"),
     ] {
         assert_eq!(can(args), expected, "{args:?}");
     }

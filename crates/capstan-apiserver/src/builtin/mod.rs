@@ -6,7 +6,7 @@
 //! Their schemas are Kubernetes' own, generated from the `k8s-openapi` types (so they validate and
 //! prune as kube-apiserver's typed decoding does and `kubectl explain` shows the upstream
 //! documentation); defaulting follows kube-apiserver for the fields clients read back; printer
-//! columns are the ones `kubectl get` shows against kube-apiserver, where a JSONPath can express them.
+//! columns are the ones `kubectl get` shows against kube-apiserver.
 //! Storing is all these kinds do: nothing schedules or runs a Pod.
 
 pub mod defaults;
@@ -183,11 +183,26 @@ pub fn scale(group: &str, kind: &str) -> Option<Value> {
     }))
 }
 
-/// Printer columns of Kubernetes' own kinds: those `kubectl get` prints against kube-apiserver that a
-/// JSONPath can express (computed ones such as a Pod's `READY 1/1` are shown as their parts).
+/// Printer columns of Kubernetes' own kinds: those `kubectl get` prints against kube-apiserver, the
+/// computed ones (`READY 1/3`, `PORT(S) 80/TCP`, `DATA 2`) as `=FUNCTION:ARGUMENTS` (see
+/// [`crate::table`]).
 pub fn printer_columns(group: &str, kind: &str) -> Option<Vec<Value>> {
     let col = |name: &str, type_: &str, path: &str, priority: i32| json!({"name": name, "type": type_, "jsonPath": path, "priority": priority});
     let age = col("Age", "date", ".metadata.creationTimestamp", 0);
+    // `-o wide` of the workload kinds.
+    let containers = col(
+        "Containers",
+        "string",
+        "=join:.spec.template.spec.containers,name",
+        1,
+    );
+    let images = col(
+        "Images",
+        "string",
+        "=join:.spec.template.spec.containers,image",
+        1,
+    );
+    let selector = col("Selector", "string", "=selector:.spec.selector", 1);
     Some(match (group, kind) {
         ("", "Node") => vec![
             col(
@@ -208,37 +223,44 @@ pub fn printer_columns(group: &str, kind: &str) -> Option<Vec<Value>> {
             col("Provider-ID", "string", ".spec.providerID", 1),
         ],
         ("", "Pod") => vec![
+            col("Ready", "string", "=pod-ready", 0),
             col("Status", "string", ".status.phase", 0),
-            col(
-                "Restarts",
-                "integer",
-                ".status.containerStatuses[0].restartCount",
-                0,
-            ),
+            col("Restarts", "integer", "=pod-restarts", 0),
             age,
-            col("IP", "string", ".status.podIP", 1),
-            col("Node", "string", ".spec.nodeName", 1),
+            col("IP", "string", "=or-none:.status.podIP", 1),
+            col("Node", "string", "=or-none:.spec.nodeName", 1),
         ],
         ("", "Service") => vec![
             col("Type", "string", ".spec.type", 0),
             col("Cluster-IP", "string", ".spec.clusterIP", 0),
-            col(
-                "External-IP",
-                "string",
-                ".status.loadBalancer.ingress[*].ip",
-                0,
-            ),
-            col("Port(s)", "string", ".spec.ports[*].port", 0),
+            col("External-IP", "string", "=external-ips", 0),
+            col("Port(s)", "string", "=ports:.spec.ports", 0),
             age,
-            col("Selector", "string", ".spec.selector", 1),
+            col("Selector", "string", "=selector:.spec.selector", 1),
         ],
         ("", "Endpoints") => vec![
             col("Endpoints", "string", ".subsets[*].addresses[*].ip", 0),
             age,
         ],
-        ("", "ServiceAccount") => vec![age],
-        ("", "ConfigMap") => vec![age],
-        ("", "Secret") => vec![col("Type", "string", ".type", 0), age],
+        ("", "ServiceAccount") => vec![col("Secrets", "integer", "=count:.secrets", 0), age],
+        ("", "ConfigMap") => vec![col("Data", "integer", "=count:.data,.binaryData", 0), age],
+        ("", "Secret") => vec![
+            col("Type", "string", ".type", 0),
+            col("Data", "integer", "=count:.data", 0),
+            age,
+        ],
+        ("", "Event") => vec![
+            col("Last Seen", "string", "=event-last-seen", 0),
+            col("Type", "string", ".type", 0),
+            col("Reason", "string", ".reason", 0),
+            col("Object", "string", "=event-object", 0),
+            col("Subobject", "string", ".involvedObject.fieldPath", 1),
+            col("Source", "string", "=event-source", 1),
+            col("Message", "string", ".message", 0),
+            col("First Seen", "string", "=event-first-seen", 1),
+            col("Count", "integer", "=event-count", 1),
+            json!({"name": "Name", "type": "string", "format": "name", "jsonPath": ".metadata.name", "priority": 1}),
+        ],
         ("discovery.k8s.io", "EndpointSlice") => vec![
             col("AddressType", "string", ".addressType", 0),
             col("Ports", "string", ".ports[*].port", 0),
@@ -246,38 +268,83 @@ pub fn printer_columns(group: &str, kind: &str) -> Option<Vec<Value>> {
             age,
         ],
         ("apps", "Deployment") => vec![
-            col("Ready", "integer", ".status.readyReplicas", 0),
-            col("Up-to-date", "integer", ".status.updatedReplicas", 0),
-            col("Available", "integer", ".status.availableReplicas", 0),
+            col(
+                "Ready",
+                "string",
+                "=ratio:.status.readyReplicas,.spec.replicas",
+                0,
+            ),
+            col("Up-to-date", "integer", "=int:.status.updatedReplicas", 0),
+            col("Available", "integer", "=int:.status.availableReplicas", 0),
             age,
-            col("Replicas", "integer", ".spec.replicas", 1),
+            containers.clone(),
+            images.clone(),
+            selector.clone(),
         ],
         ("apps", "DaemonSet") => vec![
-            col("Desired", "integer", ".status.desiredNumberScheduled", 0),
-            col("Current", "integer", ".status.currentNumberScheduled", 0),
-            col("Ready", "integer", ".status.numberReady", 0),
-            col("Up-to-date", "integer", ".status.updatedNumberScheduled", 0),
-            col("Available", "integer", ".status.numberAvailable", 0),
+            col(
+                "Desired",
+                "integer",
+                "=int:.status.desiredNumberScheduled",
+                0,
+            ),
+            col(
+                "Current",
+                "integer",
+                "=int:.status.currentNumberScheduled",
+                0,
+            ),
+            col("Ready", "integer", "=int:.status.numberReady", 0),
+            col(
+                "Up-to-date",
+                "integer",
+                "=int:.status.updatedNumberScheduled",
+                0,
+            ),
+            col("Available", "integer", "=int:.status.numberAvailable", 0),
+            col(
+                "Node Selector",
+                "string",
+                "=selector:.spec.template.spec.nodeSelector",
+                0,
+            ),
             age,
+            containers.clone(),
+            images.clone(),
+            selector.clone(),
         ],
         ("apps", "StatefulSet") => vec![
-            col("Ready", "integer", ".status.readyReplicas", 0),
-            col("Replicas", "integer", ".spec.replicas", 0),
+            col(
+                "Ready",
+                "string",
+                "=ratio:.status.readyReplicas,.spec.replicas",
+                0,
+            ),
             age,
+            containers.clone(),
+            images.clone(),
         ],
         ("apps", "ReplicaSet") => vec![
-            col("Desired", "integer", ".spec.replicas", 0),
-            col("Current", "integer", ".status.replicas", 0),
-            col("Ready", "integer", ".status.readyReplicas", 0),
+            col("Desired", "integer", "=int:.spec.replicas", 0),
+            col("Current", "integer", "=int:.status.replicas", 0),
+            col("Ready", "integer", "=int:.status.readyReplicas", 0),
             age,
+            containers.clone(),
+            images.clone(),
+            selector.clone(),
         ],
         ("policy", "PodDisruptionBudget") => vec![
-            col("Min Available", "string", ".spec.minAvailable", 0),
-            col("Max Unavailable", "string", ".spec.maxUnavailable", 0),
+            col("Min Available", "string", "=or-na:.spec.minAvailable", 0),
+            col(
+                "Max Unavailable",
+                "string",
+                "=or-na:.spec.maxUnavailable",
+                0,
+            ),
             col(
                 "Allowed Disruptions",
                 "integer",
-                ".status.disruptionsAllowed",
+                "=int:.status.disruptionsAllowed",
                 0,
             ),
             age,
