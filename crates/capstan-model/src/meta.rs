@@ -97,6 +97,8 @@ pub struct Condition {
     #[serde(default)]
     pub status: String,
     pub observed_generation: Option<i64>,
+    /// When the status last changed (RFC 3339).
+    #[schemars(extend("format" = "date-time"))]
     pub last_transition_time: Option<String>,
     pub reason: Option<String>,
     pub message: Option<String>,

@@ -110,6 +110,11 @@ fn kvm_schemas_are_closed_and_describe_their_fields() {
         spec["properties"]["volumes"]["x-kubernetes-list-map-keys"],
         json!(["name"])
     );
+    assert_eq!(
+        machine["properties"]["status"]["properties"]["conditions"]["items"]["properties"]["lastTransitionTime"]
+            ["format"],
+        "date-time"
+    );
     // Content the model keeps without reading it stays open.
     let status = &machine["properties"]["status"];
     assert_eq!(status["properties"]["addresses"][PRESERVE], true);

@@ -111,7 +111,11 @@ pub struct MachineStatus {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MachineDeletionStatus {
+    /// When draining the Node started (RFC 3339).
+    #[schemars(extend("format" = "date-time"))]
     pub node_drain_start_time: Option<String>,
+    /// When waiting for the Node's volumes to detach started (RFC 3339).
+    #[schemars(extend("format" = "date-time"))]
     pub wait_for_node_volume_detach_start_time: Option<String>,
 }
 
