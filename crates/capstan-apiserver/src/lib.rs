@@ -28,6 +28,7 @@ pub mod conversion;
 mod discovery;
 pub mod fieldset;
 mod handlers;
+pub mod kind_schemas;
 pub mod lifecycle;
 pub mod limits;
 pub mod managed;

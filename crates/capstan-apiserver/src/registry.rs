@@ -299,6 +299,7 @@ fn synthesised_crd(info: &KindInfo) -> Value {
         .iter()
         .map(|v| {
             let schema = crate::builtin::schemas::schema(info.group, info.kind)
+                .or_else(|| crate::kind_schemas::schema(info.group, info.kind, v))
                 .cloned()
                 .unwrap_or_else(
                     || json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),

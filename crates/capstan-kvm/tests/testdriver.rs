@@ -448,19 +448,32 @@ async fn hypervisor_faults_are_conditions_that_say_what_to_do() {
             .unwrap()
             .is_empty()
     );
-    // A bad size names the field.
-    machine(
-        &env,
-        "c1",
-        "badsize",
-        json!({"resources": {"memory": "lots"}}),
+    // A bad size is refused by the API server, naming the field, and never stored.
+    let bad: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "KVMMachine",
+        "metadata": {"name": "badsize"}, "spec": {"resources": {"memory": "lots"}}}))
+    .unwrap();
+    let refused = api(
+        &env.client,
+        "infrastructure.cluster.x-k8s.io/v1beta2",
+        "KVMMachine",
+        "kvmmachines",
+        Some(env.namespace.as_str()),
     )
+    .create(&PostParams::default(), &bad)
     .await;
-    let message = wait_reason(&env, "badsize", "InvalidSpec").await;
-    assert!(
-        message.contains("spec.resources.memory") && message.contains("20Gi"),
-        "{message}"
-    );
+    match refused {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.code, 422, "{status:?}");
+            assert!(
+                status.message.contains("spec.resources.memory"),
+                "{status:?}"
+            );
+        }
+        other => panic!("a KVMMachine with memory \"lots\" was not refused: {other:?}"),
+    }
+    let machines: Api<KVMMachine> = Api::namespaced(env.client.clone(), &env.namespace);
+    assert!(machines.get_opt("badsize").await.unwrap().is_none());
     // An unknown scheme on the cluster.
     let ns = Some(env.namespace.as_str());
     api(

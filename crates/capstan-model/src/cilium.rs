@@ -11,7 +11,7 @@ use serde_with::skip_serializing_none;
 pub const GROUP: &str = "cilium.io";
 
 /// A reference to a CiliumBGPPeerConfig by name.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PeerConfigReference {
     #[serde(default)]
     pub name: String,
@@ -19,7 +19,7 @@ pub struct PeerConfigReference {
 
 /// One BGP peer of an instance.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BgpPeer {
     #[serde(default)]
@@ -32,7 +32,7 @@ pub struct BgpPeer {
 
 /// One BGP instance (a local ASN and its peers).
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BgpInstance {
     #[serde(default)]
@@ -46,7 +46,7 @@ pub struct BgpInstance {
 
 /// CiliumBGPClusterConfig spec.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BgpClusterConfigSpec {
     pub node_selector: Option<LabelSelector>,
@@ -61,7 +61,7 @@ resource!(
 
 /// An address family and the advertisements announced in it.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct BgpFamily {
     #[serde(default)]
     pub afi: String,
@@ -72,7 +72,7 @@ pub struct BgpFamily {
 
 /// BGP timers.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BgpTimers {
     pub connect_retry_time_seconds: Option<i32>,
@@ -82,7 +82,7 @@ pub struct BgpTimers {
 
 /// BGP graceful restart.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BgpGracefulRestart {
     #[serde(default)]
@@ -92,7 +92,7 @@ pub struct BgpGracefulRestart {
 
 /// CiliumBGPPeerConfig spec.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BgpPeerConfigSpec {
     pub timers: Option<BgpTimers>,
@@ -111,7 +111,7 @@ resource!(
 
 /// One thing to advertise.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BgpAdvertisementEntry {
     #[serde(default)]
@@ -122,7 +122,7 @@ pub struct BgpAdvertisementEntry {
 }
 
 /// CiliumBGPAdvertisement spec.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct BgpAdvertisementSpec {
     #[serde(default)]
     pub advertisements: Vec<BgpAdvertisementEntry>,

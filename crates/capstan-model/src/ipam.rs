@@ -14,7 +14,7 @@ pub const GROUP: &str = "ipam.metal3.io";
 
 /// One address range of a pool: `start`..=`end`, or a whole `subnet`.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Pool {
     pub start: Option<String>,
@@ -27,7 +27,7 @@ pub struct Pool {
 
 /// IPPool spec.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct IpPoolSpec {
     pub cluster_name: Option<String>,
@@ -45,7 +45,7 @@ pub struct IpPoolSpec {
 
 /// IPPool status: which claim holds which address.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct IpPoolStatus {
     /// Claim name → allocated address.
@@ -59,7 +59,7 @@ resource!(
 );
 
 /// IPClaim spec.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct IpClaimSpec {
     #[serde(default)]
     pub pool: ObjectReference,
@@ -67,7 +67,7 @@ pub struct IpClaimSpec {
 
 /// IPClaim status.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct IpClaimStatus {
     pub address: Option<ObjectReference>,
@@ -81,7 +81,7 @@ resource!(
 
 /// IPAddress spec.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct IpAddressSpec {
     #[serde(default)]

@@ -14,40 +14,52 @@ use crate::resource;
 use serde::{Deserialize, Serialize};
 use serde_with::skip_serializing_none;
 
+/// What a quantity of bytes looks like in a KVM spec: a whole number with an optional decimal
+/// or binary suffix, as [`quantity_bytes`] reads it (`20Gi`, `512Mi`, `8G`, `1024`).
+pub const QUANTITY_PATTERN: &str = r"^[0-9]+(Ki|Mi|Gi|Ti|k|K|KB|M|MB|G|GB|T|TB)?$";
+
 /// The sizes of a VM, as the design names them.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct KvmResources {
-    /// Virtual CPUs.
+    /// Virtual CPUs (2 when unset).
+    #[schemars(range(min = 1))]
     pub cpu: Option<u32>,
     /// Memory (a quantity: `1Gi`).
+    #[schemars(regex(pattern = QUANTITY_PATTERN))]
     pub memory: Option<String>,
     /// The root disk (a quantity: `20Gi`).
+    #[schemars(regex(pattern = QUANTITY_PATTERN))]
     pub disk: Option<String>,
     /// The container runtime's volume, mounted at `/var/lib/containerd` (a quantity: `5Gi`).
+    #[schemars(regex(pattern = QUANTITY_PATTERN))]
     pub docker_volume_size: Option<String>,
 }
 
 /// The base image the root disk is backed by: fetched once per hypervisor into its pool.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct KvmImage {
     /// `file://`, `http://` or `https://` URL of a qcow2 (or raw) image.
     #[serde(default)]
+    #[schemars(extend("x-capstan-required" = true), regex(pattern = r"^(file|https?)://.+"))]
     pub url: String,
-    /// Hex digest of the image; required.
+    /// Hex digest of the image (`sha256sum IMAGE`); required.
+    #[schemars(extend("x-capstan-required" = true), regex(pattern = r"^[0-9a-fA-F]+$"))]
     pub checksum: Option<String>,
     /// `sha256` (the default) or `sha512`.
+    #[schemars(extend("enum" = ["sha256", "sha512"], "x-capstan-default" = "sha256"))]
     pub checksum_type: Option<String>,
     /// `qcow2` (the default) or `raw`.
+    #[schemars(extend("enum" = ["qcow2", "raw"], "x-capstan-default" = "qcow2"))]
     pub format: Option<String>,
 }
 
 /// One NIC: on a libvirt network or a host bridge.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct KvmNetwork {
     /// A libvirt network (`default`).
@@ -64,42 +76,52 @@ pub struct KvmNetwork {
 }
 
 /// An extra volume: formatted and mounted by cloud-init (kubelet, etcd, host volumes).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct KvmVolume {
     /// Short name (`etcd`, `kubelet`, `data`): part of the volume's name in the pool.
     #[serde(default)]
+    #[schemars(extend("x-capstan-required" = true), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"), length(max = 63))]
     pub name: String,
     /// A quantity (`10Gi`).
     #[serde(default)]
+    #[schemars(extend("x-capstan-required" = true), regex(pattern = QUANTITY_PATTERN))]
     pub size: String,
-    /// Where it is mounted in the guest (`/var/lib/etcd`).
+    /// Where it is mounted in the guest (`/var/lib/etcd`): an absolute path.
     #[serde(default)]
+    #[schemars(extend("x-capstan-required" = true), regex(pattern = "^/"))]
     pub mount_path: String,
 }
 
 /// KVMMachine spec (also the template spec of KVMMachineTemplate).
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct KvmMachineSpec {
+    /// `libvirt://HYPERVISOR/UUID`, set by the provider once the VM is defined.
     #[serde(rename = "providerID")]
     pub provider_id: Option<String>,
+    /// CPU, memory and disk sizes.
     #[serde(default)]
     pub resources: KvmResources,
+    /// The base image of the root disk.
     pub image: Option<KvmImage>,
     /// Pin the VM to the KVMCluster hypervisor of this name (else the one with most room).
     pub hypervisor: Option<String>,
+    /// NICs, in order (one on the libvirt network `default` when empty).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub networks: Vec<KvmNetwork>,
+    /// Extra volumes, formatted and mounted in the guest; names are unique.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub volumes: Vec<KvmVolume>,
+    /// The failure domain (a KVMCluster hypervisor's name) the Machine asked for.
     pub failure_domain: Option<String>,
 }
 
 /// KVMMachine status.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct KvmMachineStatus {
     pub ready: Option<bool>,
@@ -123,57 +145,67 @@ pub struct KvmMachineStatus {
 }
 
 /// KVMMachineTemplate spec.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct KvmMachineTemplateSpec {
     #[serde(default)]
     pub template: KvmMachineTemplateResource,
 }
 
 /// The template body of a KVMMachineTemplate.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct KvmMachineTemplateResource {
     #[serde(default)]
     pub spec: KvmMachineSpec,
 }
 
 /// A reference to a Secret in the KVMCluster's namespace.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LocalSecretReference {
+    /// The Secret's name.
     #[serde(default)]
+    #[schemars(extend("x-capstan-required" = true), length(min = 1))]
     pub name: String,
 }
 
 /// One hypervisor a KVMCluster places VMs on: a libvirt connection and a storage pool. Each is a
 /// failure domain of the cluster.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct KvmHypervisor {
     /// The failure domain's name and the `HYPERVISOR` of `libvirt://HYPERVISOR/UUID` providerIDs.
     #[serde(default)]
+    #[schemars(extend("x-capstan-required" = true), length(min = 1))]
     pub name: String,
     /// libvirt URI: `qemu:///system`, `qemu+ssh://user@host/system`, `qemu+tls://host/system`,
     /// `test:///default` (libvirt's simulated hypervisor).
     #[serde(default)]
+    #[schemars(extend("x-capstan-required" = true), regex(pattern = r"^[a-z][a-z0-9+.-]*://"))]
     pub uri: String,
-    /// Storage pool for images, disks and cloud-init media (`default`).
+    /// Storage pool for images, disks and cloud-init media (`default` when unset).
+    #[schemars(length(min = 1))]
     pub pool: Option<String>,
     /// Secret with `username` and `password` for libvirt's SASL authentication.
     pub credentials_secret_ref: Option<LocalSecretReference>,
     /// Whether control-plane VMs may be placed here (default true).
+    #[schemars(extend("x-capstan-default" = true))]
     pub control_plane: Option<bool>,
     /// libvirt domain type: `kvm` (the default, hardware virtualisation) or `qemu` (software
     /// emulation, where KVM is missing or does not work, e.g. nested without VT-x).
+    #[schemars(extend("enum" = ["kvm", "qemu"]))]
     pub domain_type: Option<String>,
 }
 
 /// KVMCluster spec.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct KvmClusterSpec {
+    /// Where the cluster's API server is reached (set by the user or by the control plane).
     pub control_plane_endpoint: Option<ApiEndpoint>,
+    /// The libvirt connections VMs are placed on, one failure domain each; names are unique.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub hypervisors: Vec<KvmHypervisor>,
     /// DNS servers written into every node's network config.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -185,7 +217,7 @@ pub struct KvmClusterSpec {
 
 /// KVMCluster status.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct KvmClusterStatus {
     pub ready: Option<bool>,

@@ -20,7 +20,7 @@ pub const ANNOTATION_PAUSED: &str = "cluster.x-k8s.io/paused";
 
 /// A full object reference, as CAPI v1beta1 and Metal3 write them (`apiVersion`, `kind`, `name`, ...).
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ObjectReference {
     pub api_version: Option<String>,
@@ -50,7 +50,7 @@ impl ObjectReference {
 }
 
 /// A reference as CAPI v1beta2 writes them: group, kind and name; the version comes from the contract.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ContractVersionedObjectReference {
     #[serde(default)]
@@ -73,7 +73,7 @@ impl ContractVersionedObjectReference {
 }
 
 /// A reference to an object in the same namespace by name only (`{name: ...}`).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LocalObjectReference {
     #[serde(default)]
     pub name: String,
@@ -81,7 +81,7 @@ pub struct LocalObjectReference {
 
 /// A reference to a Secret, optionally in another namespace (Metal3's `SecretReference`).
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SecretReference {
     pub name: Option<String>,
     pub namespace: Option<String>,
@@ -89,7 +89,7 @@ pub struct SecretReference {
 
 /// A status condition (the Kubernetes `metav1.Condition` shape, which CAPI v1beta2 and capstan use).
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
     #[serde(rename = "type", default)]
@@ -97,6 +97,8 @@ pub struct Condition {
     #[serde(default)]
     pub status: String,
     pub observed_generation: Option<i64>,
+    /// When the status last changed (RFC 3339).
+    #[schemars(extend("format" = "date-time"))]
     pub last_transition_time: Option<String>,
     pub reason: Option<String>,
     pub message: Option<String>,

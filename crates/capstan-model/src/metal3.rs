@@ -12,7 +12,7 @@ pub const GROUP: &str = "metal3.io";
 
 /// How to reach and authenticate to a host's BMC.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BmcDetails {
     #[serde(default)]
@@ -24,7 +24,7 @@ pub struct BmcDetails {
 
 /// The OS image to provision.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Image {
     #[serde(default)]
@@ -36,7 +36,7 @@ pub struct Image {
 
 /// Hints that pick the root device to deploy the image to.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RootDeviceHints {
     pub device_name: Option<String>,
@@ -53,7 +53,7 @@ pub struct RootDeviceHints {
 
 /// BareMetalHost spec.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BareMetalHostSpec {
     #[serde(default)]
@@ -84,7 +84,7 @@ pub struct BareMetalHostSpec {
 
 /// One network interface found by inspection.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Nic {
     pub name: Option<String>,
@@ -99,7 +99,7 @@ pub struct Nic {
 
 /// One storage device found by inspection.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Storage {
     pub name: Option<String>,
@@ -118,7 +118,7 @@ pub struct Storage {
 
 /// CPU details found by inspection.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Cpu {
     pub arch: Option<String>,
@@ -131,7 +131,7 @@ pub struct Cpu {
 
 /// System vendor details found by inspection.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SystemVendor {
     pub manufacturer: Option<String>,
@@ -141,7 +141,7 @@ pub struct SystemVendor {
 
 /// The hardware of a host as inspection found it.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HardwareDetails {
     pub hostname: Option<String>,
@@ -157,7 +157,7 @@ pub struct HardwareDetails {
 
 /// The provisioning state machine's position.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ProvisionStatus {
     #[serde(default)]
@@ -171,7 +171,7 @@ pub struct ProvisionStatus {
 
 /// Start and end of one lifecycle operation.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct OperationMetric {
     pub start: Option<String>,
     pub end: Option<String>,
@@ -179,7 +179,7 @@ pub struct OperationMetric {
 
 /// The credentials last used (by Secret name and resourceVersion, never by value).
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CredentialsStatus {
     pub credentials: Option<SecretReference>,
@@ -188,7 +188,7 @@ pub struct CredentialsStatus {
 
 /// BareMetalHost status.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BareMetalHostStatus {
     #[serde(default)]
@@ -223,7 +223,7 @@ resource!(
 
 /// HardwareData spec: the inspected hardware, kept apart from the host.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct HardwareDataSpec {
     pub hardware: Option<HardwareDetails>,
 }

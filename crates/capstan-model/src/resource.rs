@@ -56,7 +56,7 @@ pub trait Resource {
 macro_rules! resource {
     ($(#[$doc:meta])* $name:ident, $spec:ty, $status:ty, $group:literal, $version:literal, $plural:literal, $scope:ident) => {
         $(#[$doc])*
-        #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+        #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
         #[serde(rename_all = "camelCase")]
         pub struct $name {
             /// `group/version` of this object.

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 /// Network ranges of a workload cluster.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterNetwork {
     pub api_server_port: Option<i32>,
@@ -18,7 +18,7 @@ pub struct ClusterNetwork {
 }
 
 /// A list of CIDR blocks.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NetworkRanges {
     #[serde(default)]
@@ -26,7 +26,7 @@ pub struct NetworkRanges {
 }
 
 /// Host and port of an API server.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ApiEndpoint {
     #[serde(default)]
     pub host: String,
@@ -36,7 +36,7 @@ pub struct ApiEndpoint {
 
 /// Cluster spec.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterSpec {
     pub paused: Option<bool>,
@@ -49,7 +49,7 @@ pub struct ClusterSpec {
 
 /// Cluster status.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterStatus {
     pub phase: Option<String>,
@@ -67,7 +67,7 @@ resource!(
 
 /// How a Machine gets its bootstrap data.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Bootstrap {
     pub config_ref: Option<ObjectReference>,
@@ -76,7 +76,7 @@ pub struct Bootstrap {
 
 /// Machine spec (also the template spec of MachineSets and MachineDeployments).
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MachineSpec {
     #[serde(default)]
@@ -95,7 +95,7 @@ pub struct MachineSpec {
 
 /// Machine status.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MachineStatus {
     pub phase: Option<String>,
@@ -114,7 +114,7 @@ resource!(
 );
 
 /// Labels and annotations stamped on objects created from a template.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TemplateMeta {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
@@ -123,7 +123,7 @@ pub struct TemplateMeta {
 }
 
 /// A Machine template (metadata + spec) inside a MachineSet or MachineDeployment.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct MachineTemplateSpec {
     #[serde(default)]
     pub metadata: TemplateMeta,
@@ -133,7 +133,7 @@ pub struct MachineTemplateSpec {
 
 /// MachineSet spec.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MachineSetSpec {
     #[serde(default)]
@@ -147,7 +147,7 @@ pub struct MachineSetSpec {
 
 /// Replica counts of a MachineSet or MachineDeployment.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReplicaStatus {
     pub replicas: Option<i32>,
@@ -167,7 +167,7 @@ resource!(
 
 /// MachineDeployment rollout strategy.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MachineDeploymentStrategy {
     #[serde(rename = "type")]
@@ -177,7 +177,7 @@ pub struct MachineDeploymentStrategy {
 
 /// MachineDeployment spec.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MachineDeploymentSpec {
     #[serde(default)]
@@ -198,7 +198,7 @@ resource!(
 );
 
 /// A node condition that marks a Machine unhealthy after a timeout.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct UnhealthyCondition {
     #[serde(rename = "type", default)]
     pub type_: String,
@@ -210,7 +210,7 @@ pub struct UnhealthyCondition {
 
 /// MachineHealthCheck spec.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MachineHealthCheckSpec {
     #[serde(default)]
@@ -226,7 +226,7 @@ pub struct MachineHealthCheckSpec {
 
 /// MachineHealthCheck status.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MachineHealthCheckStatus {
     pub expected_machines: Option<i32>,
@@ -242,7 +242,7 @@ resource!(
 );
 
 /// A ConfigMap or Secret applied to matching clusters.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ResourceRef {
     #[serde(default)]
     pub name: String,
@@ -252,7 +252,7 @@ pub struct ResourceRef {
 
 /// ClusterResourceSet spec.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterResourceSetSpec {
     #[serde(default)]
@@ -263,7 +263,7 @@ pub struct ClusterResourceSetSpec {
 }
 
 /// ClusterResourceSet status.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ClusterResourceSetStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
@@ -276,7 +276,7 @@ resource!(
 
 /// ClusterResourceSetBinding spec.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterResourceSetBindingSpec {
     pub cluster_name: Option<String>,

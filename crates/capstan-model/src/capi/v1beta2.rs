@@ -14,7 +14,7 @@ pub use super::v1beta1::{
 
 /// Cluster spec.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterSpec {
     pub paused: Option<bool>,
@@ -27,7 +27,7 @@ pub struct ClusterSpec {
 
 /// Cluster status.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterStatus {
     pub phase: Option<String>,
@@ -50,7 +50,7 @@ resource!(
 
 /// How a Machine gets its bootstrap data.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Bootstrap {
     pub config_ref: Option<ContractVersionedObjectReference>,
@@ -59,7 +59,7 @@ pub struct Bootstrap {
 
 /// Node drain and deletion timeouts of a Machine.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MachineDeletion {
     pub node_drain_timeout_seconds: Option<i32>,
@@ -69,7 +69,7 @@ pub struct MachineDeletion {
 
 /// Machine spec (also the template spec of MachineSets and MachineDeployments).
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MachineSpec {
     #[serde(default)]
@@ -88,7 +88,7 @@ pub struct MachineSpec {
 
 /// Machine status.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MachineStatus {
     pub phase: Option<String>,
@@ -108,10 +108,14 @@ pub struct MachineStatus {
 
 /// When the steps of a Machine's deletion started.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MachineDeletionStatus {
+    /// When draining the Node started (RFC 3339).
+    #[schemars(extend("format" = "date-time"))]
     pub node_drain_start_time: Option<String>,
+    /// When waiting for the Node's volumes to detach started (RFC 3339).
+    #[schemars(extend("format" = "date-time"))]
     pub wait_for_node_volume_detach_start_time: Option<String>,
 }
 
@@ -121,7 +125,7 @@ resource!(
 );
 
 /// A Machine template (metadata + spec) inside a MachineSet or MachineDeployment.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct MachineTemplateSpec {
     #[serde(default)]
     pub metadata: TemplateMeta,
@@ -131,7 +135,7 @@ pub struct MachineTemplateSpec {
 
 /// MachineSet spec.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MachineSetSpec {
     #[serde(default)]
@@ -147,7 +151,7 @@ pub struct MachineSetSpec {
 
 /// How a MachineSet or MachineDeployment picks the Machines to delete.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MachineSetDeletion {
     /// `Random` (default), `Newest` or `Oldest`.
@@ -156,7 +160,7 @@ pub struct MachineSetDeletion {
 
 /// Replica counts of a MachineSet or MachineDeployment.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReplicaStatus {
     pub replicas: Option<i32>,
@@ -181,7 +185,7 @@ resource!(
 
 /// Rollout settings of a MachineDeployment.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MachineDeploymentRollout {
     pub after: Option<String>,
@@ -190,7 +194,7 @@ pub struct MachineDeploymentRollout {
 
 /// MachineDeployment spec.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MachineDeploymentSpec {
     #[serde(default)]
@@ -212,7 +216,7 @@ resource!(
 );
 
 /// A node or machine condition that marks a Machine unhealthy after a timeout.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct UnhealthyCondition {
     #[serde(rename = "type", default)]
@@ -225,7 +229,7 @@ pub struct UnhealthyCondition {
 
 /// What a MachineHealthCheck checks.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MachineHealthChecks {
     pub node_startup_timeout_seconds: Option<i32>,
@@ -237,7 +241,7 @@ pub struct MachineHealthChecks {
 
 /// MachineHealthCheck spec.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MachineHealthCheckSpec {
     #[serde(default)]

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 pub const GROUP: &str = "infrastructure.cluster.x-k8s.io";
 
 /// The API endpoint of the cluster's control plane.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ApiEndpoint {
     #[serde(default)]
     pub host: String,
@@ -26,7 +26,7 @@ pub struct ApiEndpoint {
 
 /// Metal3Cluster spec.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Metal3ClusterSpec {
     pub control_plane_endpoint: Option<ApiEndpoint>,
@@ -37,7 +37,7 @@ pub struct Metal3ClusterSpec {
 
 /// Metal3Cluster status.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Metal3ClusterStatus {
     pub ready: Option<bool>,
@@ -50,7 +50,7 @@ pub struct Metal3ClusterStatus {
 
 /// A requirement on a host label, as CAPM3 writes them (`in`, `notin`, `exists`, `=`, `!=`, ...).
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct HostSelectorRequirement {
     #[serde(default)]
     pub key: String,
@@ -61,7 +61,7 @@ pub struct HostSelectorRequirement {
 }
 
 /// Which BareMetalHosts a Metal3Machine may claim.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HostSelector {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -93,7 +93,7 @@ impl HostSelector {
 
 /// The OS image to provision (`format` in v1beta1, `diskFormat` in v1beta2).
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Image {
     #[serde(default)]
@@ -113,7 +113,7 @@ impl Image {
 
 /// Metal3Machine spec (also the template spec of Metal3MachineTemplate).
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Metal3MachineSpec {
     pub image: Option<Image>,
@@ -131,7 +131,7 @@ pub struct Metal3MachineSpec {
 
 /// Metal3Machine status.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Metal3MachineStatus {
     pub ready: Option<bool>,
@@ -147,7 +147,7 @@ pub struct Metal3MachineStatus {
 
 /// Metal3MachineTemplate spec.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Metal3MachineTemplateSpec {
     #[serde(default)]
@@ -158,7 +158,7 @@ pub struct Metal3MachineTemplateSpec {
 
 /// The template body of a Metal3MachineTemplate.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Metal3MachineTemplateResource {
     #[serde(default)]
@@ -168,7 +168,7 @@ pub struct Metal3MachineTemplateResource {
 /// Metal3DataTemplate spec. Its networkData and metaData templates are deep and rarely used by
 /// capstan's own output, so they stay untyped JSON that lint inspects by path.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Metal3DataTemplateSpec {
     #[serde(default)]
@@ -179,7 +179,7 @@ pub struct Metal3DataTemplateSpec {
 }
 
 /// Metal3DataClaim spec: which Metal3DataTemplate to render one Metal3Data from.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Metal3DataClaimSpec {
     #[serde(default)]
     pub template: ObjectReference,
@@ -187,7 +187,7 @@ pub struct Metal3DataClaimSpec {
 
 /// Metal3DataClaim status: the Metal3Data rendered for the claim, or why not.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Metal3DataClaimStatus {
     pub rendered_data: Option<ObjectReference>,
@@ -198,7 +198,7 @@ pub struct Metal3DataClaimStatus {
 
 /// Metal3Data spec: one rendering of a Metal3DataTemplate, at an index unique in the template.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Metal3DataSpec {
     #[serde(default)]
@@ -214,7 +214,7 @@ pub struct Metal3DataSpec {
 
 /// Metal3Data status.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Metal3DataStatus {
     pub ready: Option<bool>,

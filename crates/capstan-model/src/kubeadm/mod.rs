@@ -18,7 +18,7 @@ pub const BOOTSTRAP_GROUP: &str = "bootstrap.cluster.x-k8s.io";
 pub const CONTROL_PLANE_GROUP: &str = "controlplane.cluster.x-k8s.io";
 
 /// Extra command-line arguments: a map in v1beta1, a list of `{name, value}` in v1beta2.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum ExtraArgs {
     /// v1beta1 form.
@@ -28,7 +28,7 @@ pub enum ExtraArgs {
 }
 
 /// One argument in the v1beta2 list form.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Arg {
     pub name: String,
     pub value: String,
@@ -68,7 +68,7 @@ impl ExtraArgs {
 
 /// Pod and service networking of a kubeadm cluster (v1beta1 only; v1beta2 reads it from the Cluster).
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Networking {
     pub pod_subnet: Option<String>,
@@ -78,7 +78,7 @@ pub struct Networking {
 
 /// Settings of one control-plane component (API server, controller manager, scheduler).
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ControlPlaneComponent {
     pub extra_args: Option<ExtraArgs>,
@@ -89,7 +89,7 @@ pub struct ControlPlaneComponent {
 
 /// kubeadm ClusterConfiguration as embedded in a KubeadmConfigSpec.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterConfiguration {
     pub networking: Option<Networking>,
@@ -107,7 +107,7 @@ pub struct ClusterConfiguration {
 
 /// How kubeadm registers the node.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeRegistration {
     pub name: Option<String>,
@@ -119,7 +119,7 @@ pub struct NodeRegistration {
 
 /// kubeadm InitConfiguration (first control-plane node).
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct InitConfiguration {
     pub node_registration: Option<NodeRegistration>,
@@ -134,7 +134,7 @@ pub struct InitConfiguration {
 
 /// kubeadm JoinConfiguration (further control-plane nodes and workers).
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct JoinConfiguration {
     pub node_registration: Option<NodeRegistration>,
@@ -148,7 +148,7 @@ pub struct JoinConfiguration {
 
 /// A file written on the node before kubeadm runs.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct File {
     #[serde(default)]
@@ -163,7 +163,7 @@ pub struct File {
 
 /// A user created on the node.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct User {
     #[serde(default)]
@@ -183,7 +183,7 @@ pub struct User {
 
 /// The bootstrap configuration of a node: kubeadm configuration plus cloud-init extras.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct KubeadmConfigSpec {
     pub cluster_configuration: Option<ClusterConfiguration>,
@@ -225,7 +225,7 @@ impl KubeadmConfigSpec {
 
 /// Status of a KubeadmConfig.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct KubeadmConfigStatus {
     pub ready: Option<bool>,
@@ -237,14 +237,14 @@ pub struct KubeadmConfigStatus {
 }
 
 /// The spec of a KubeadmConfigTemplate: a template of KubeadmConfigSpecs.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct KubeadmConfigTemplateSpec {
     #[serde(default)]
     pub template: KubeadmConfigTemplateResource,
 }
 
 /// The template body of a KubeadmConfigTemplate.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct KubeadmConfigTemplateResource {
     #[serde(default, skip_serializing_if = "crate::kubeadm::is_empty_meta")]
     pub metadata: crate::capi::v1beta1::TemplateMeta,
@@ -254,7 +254,7 @@ pub struct KubeadmConfigTemplateResource {
 
 /// Status of a KubeadmControlPlane.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct KubeadmControlPlaneStatus {
     pub replicas: Option<i32>,

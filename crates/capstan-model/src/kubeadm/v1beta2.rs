@@ -22,7 +22,7 @@ resource!(
 
 /// The spec of the Machine template of a KubeadmControlPlane.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct KubeadmControlPlaneMachineSpec {
     #[serde(default)]
@@ -31,7 +31,7 @@ pub struct KubeadmControlPlaneMachineSpec {
 }
 
 /// The Machine template of a KubeadmControlPlane.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct KubeadmControlPlaneMachineTemplate {
     #[serde(default, skip_serializing_if = "super::is_empty_meta")]
     pub metadata: TemplateMeta,
@@ -41,11 +41,13 @@ pub struct KubeadmControlPlaneMachineTemplate {
 
 /// KubeadmControlPlane spec.
 #[skip_serializing_none]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct KubeadmControlPlaneSpec {
     pub replicas: Option<i32>,
+    /// The Kubernetes version of the control plane (`v1.31.4`); required, as upstream.
     #[serde(default)]
+    #[schemars(extend("x-capstan-required" = true))]
     pub version: String,
     #[serde(default)]
     pub machine_template: KubeadmControlPlaneMachineTemplate,
