@@ -696,6 +696,73 @@ impl Driver {
         .await
     }
 
+    /// The `sha256` or `sha512` digest (hex) of volume `name`'s content, read over libvirt's
+    /// stream API; `None` when the hypervisor cannot send it (the simulated one has no data path)
+    /// or the volume is not there.
+    pub async fn volume_digest(
+        self: &Arc<Self>,
+        uri: &str,
+        pool: &str,
+        name: &str,
+        algorithm: &str,
+    ) -> Result<Option<String>, DriverError> {
+        use sha2::Digest;
+        let (pool, name, algorithm) = (pool.to_owned(), name.to_owned(), algorithm.to_owned());
+        self.run(uri, move |connection, uri| {
+            let pool_object = lookup_pool(connection, uri, &pool)?;
+            let what = format!("volume {pool}/{name}");
+            let volume = match pool_object.lookup_storage_vol_by_name(&name) {
+                Ok(volume) => volume,
+                Err(error) if not_found(&error) => return Ok(None),
+                Err(error) => return Err(libvirt("looking up", what, uri)(error)),
+            };
+            let stream = Stream::new(connection, 0).map_err(libvirt("reading", &what, uri))?;
+            match volume.download(&stream, 0, 0, 0) {
+                Ok(()) => {}
+                Err(error) if is_code(&error, ErrorNumber::NoSupport) => return Ok(None),
+                Err(error) => return Err(libvirt("reading", what, uri)(error)),
+            }
+            let mut sha256 = sha2::Sha256::new();
+            let mut sha512 = sha2::Sha512::new();
+            let mut buffer = vec![0u8; 1 << 20];
+            loop {
+                let read = match stream.recv(&mut buffer) {
+                    Ok(read) => read,
+                    Err(error) => {
+                        let _ = stream.abort();
+                        return Err(libvirt("reading", what, uri)(error));
+                    }
+                };
+                let Ok(read) = usize::try_from(read) else {
+                    let _ = stream.abort();
+                    return Err(DriverError::Libvirt {
+                        verb: "reading",
+                        what,
+                        uri: uri.to_owned(),
+                        message: "the stream failed".into(),
+                    });
+                };
+                if read == 0 {
+                    break;
+                }
+                let chunk = &buffer[..read.min(buffer.len())];
+                if algorithm == "sha512" {
+                    sha512.update(chunk);
+                } else {
+                    sha256.update(chunk);
+                }
+            }
+            stream.finish().map_err(libvirt("reading", &what, uri))?;
+            let digest: Vec<u8> = if algorithm == "sha512" {
+                sha512.finalize().to_vec()
+            } else {
+                sha256.finalize().to_vec()
+            };
+            Ok(Some(digest.iter().map(|b| format!("{b:02x}")).collect()))
+        })
+        .await
+    }
+
     /// Removes volume `name` from `pool`; gone already is fine.
     pub async fn delete_volume(
         self: &Arc<Self>,

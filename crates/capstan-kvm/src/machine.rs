@@ -91,6 +91,10 @@ pub struct KvmMachineProvider {
     image_attempts: Arc<std::sync::Mutex<std::collections::HashMap<String, ImageFailure>>>,
     /// The largest image streamed into a pool.
     image_limit: u64,
+    /// Base volumes (hypervisor URI and name) this process fetched or checked: a base volume
+    /// found otherwise may be one a killed capstan left half written, and is read back and
+    /// hashed once before it is used.
+    verified_bases: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
 
 impl KvmMachineProvider {
@@ -104,6 +108,7 @@ impl KvmMachineProvider {
             images: Arc::default(),
             image_attempts: Arc::default(),
             image_limit: crate::image::MAX_IMAGE_BYTES,
+            verified_bases: Arc::default(),
         }
     }
 
@@ -697,8 +702,42 @@ impl KvmMachineProvider {
             format: "raw".to_owned(),
             backing: None,
         };
-        let present = self.driver.volumes(uri, pool, &name).await?.contains(&name);
         let key = format!("{uri} {name}");
+        let verified = |key: &str| {
+            self.verified_bases
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(key)
+        };
+        let mut present = self.driver.volumes(uri, pool, &name).await?.contains(&name);
+        if present && !verified(&key) {
+            // Under the lock: a fetch of this process streaming into it holds it.
+            let _checking = self.images.lock().await;
+            if !verified(&key) {
+                let algorithm = image.checksum_type.as_deref().unwrap_or("sha256");
+                match self
+                    .driver
+                    .volume_digest(uri, pool, &name, algorithm)
+                    .await?
+                {
+                    Some(digest) if !digest.eq_ignore_ascii_case(checksum) => {
+                        tracing::warn!(
+                            hypervisor = uri,
+                            volume = name,
+                            "a base image volume does not have its digest (an interrupted fetch); fetching it again"
+                        );
+                        self.driver.delete_volume(uri, pool, &name).await?;
+                        present = false;
+                    }
+                    Some(_) | None => {
+                        self.verified_bases
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .insert(key.clone());
+                    }
+                }
+            }
+        }
         if !present {
             let earlier = self
                 .image_attempts
@@ -725,6 +764,10 @@ impl KvmMachineProvider {
                             .lock()
                             .unwrap_or_else(|p| p.into_inner())
                             .remove(&key);
+                        self.verified_bases
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .insert(key.clone());
                     }
                     Err(error) => {
                         let mut all = self
