@@ -17,7 +17,7 @@
 use super::bench_clusters::{Counters, api, create_all, follow, status_field};
 use crate::output::{Exit, outln};
 use anyhow::{Context, bail};
-use kube::api::{DeleteParams, DynamicObject, PostParams};
+use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
 use serde::Serialize;
 use serde_json::{Value, json};
 use sha2::Digest;
@@ -84,6 +84,8 @@ struct RealFigures {
     vms: usize,
     /// Creating each KVMMachine until it was provisioned (its domain started), in seconds.
     provision_seconds: Vec<f64>,
+    /// The provider's VMStarted Event of each VM: the time of its storage and domain steps.
+    steps: Vec<String>,
     /// Deleting each KVMMachine until it was gone (domain and volumes removed), in seconds.
     delete_seconds: Vec<f64>,
     server_cpu_seconds: f64,
@@ -253,19 +255,13 @@ async fn bench(args: &Args, data_dir: &Path) -> anyhow::Result<Figures> {
                 .delete(&format!("k{c}"), &DeleteParams::default())
                 .await?;
         }
-        let left = |kind: &'static str| {
-            move |objects: usize, _: usize| (objects > 0).then(|| format!("{objects} {kind} left"))
-        };
-        follow(
-            "deletion",
-            &kvm_machines,
-            timeout,
-            |_| true,
-            left("KVMMachines"),
-        )
-        .await?;
-        follow("deletion", &machines, timeout, |_| true, left("machines")).await?;
-        follow("deletion", &clusters, timeout, |_| true, left("clusters")).await?;
+        for (kind, objects) in [
+            ("KVMMachines", &kvm_machines),
+            ("Machines", &machines),
+            ("Clusters", &clusters),
+        ] {
+            gone(kind, objects, timeout).await?;
+        }
         let delete_seconds = started.elapsed().as_secs_f64();
         let (rss, peak) = super::bench::rss_mib(pid);
         let end = Counters::read(&client).await;
@@ -290,6 +286,21 @@ async fn bench(args: &Args, data_dir: &Path) -> anyhow::Result<Figures> {
     let _ = child.kill();
     let _ = child.wait();
     result
+}
+
+/// Waits until no object of `api` is left, looking at one a time (a list of one, every 100 ms).
+async fn gone(kind: &str, api: &kube::Api<DynamicObject>, timeout: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = api.list(&ListParams::default().limit(1)).await?;
+        if left.items.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("{kind} not deleted within {} s", timeout.as_secs());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 async fn create_one(client: &kube::Client, object: Value) -> anyhow::Result<DynamicObject> {
@@ -346,6 +357,7 @@ async fn bench_real(args: &Args, uri: &str, data_dir: &Path) -> anyhow::Result<R
         .await?;
         let kvm_machines = api(&client, "infrastructure.cluster.x-k8s.io/v1beta2", "KVMMachine");
         let mut provision_seconds = Vec::new();
+        let mut step_messages = Vec::new();
         for i in 0..args.vms {
             let name = format!("bench-vm-{i}");
             create_one(&client, json!({
@@ -387,6 +399,16 @@ async fn bench_real(args: &Args, uri: &str, data_dir: &Path) -> anyhow::Result<R
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
             provision_seconds.push(started.elapsed().as_secs_f64());
+            // The provider's own step times, from its VMStarted Event.
+            let events = api(&client, "v1", "Event")
+                .list(&ListParams::default())
+                .await?;
+            if let Some(message) = events.items.iter().find_map(|e| {
+                (e.data["reason"] == "VMStarted" && e.data["involvedObject"]["name"] == name.as_str())
+                    .then(|| e.data["message"].as_str().map(str::to_owned))?
+            }) {
+                step_messages.push(message);
+            }
         }
         let (_, peak) = super::bench::rss_mib(pid);
         let mut delete_seconds = Vec::new();
@@ -407,6 +429,7 @@ async fn bench_real(args: &Args, uri: &str, data_dir: &Path) -> anyhow::Result<R
             hypervisor: uri.to_owned(),
             vms: args.vms,
             provision_seconds,
+            steps: step_messages,
             delete_seconds,
             server_cpu_seconds: super::bench_hosts::cpu_seconds(pid),
             server_peak_rss_mib: peak,
@@ -459,6 +482,10 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
                 median(rest),
                 rest.iter().copied().fold(f64::NAN, f64::max)
             );
+            for (i, steps) in figures.steps.iter().enumerate() {
+                let times = steps.rsplit_once(" (").map_or(steps.as_str(), |(_, t)| t);
+                outln!("  VM {i}: {}", times.trim_end_matches(')'));
+            }
             outln!(
                 "  KVMMachine deleted -> gone (domain, volumes removed): median {:.3} s",
                 median(&figures.delete_seconds)
