@@ -83,13 +83,23 @@ fn sasl_libvirtd(dir: &Path) -> Daemon {
         .unwrap();
     assert!(saslpasswd.wait().unwrap().success(), "saslpasswd2 failed");
     let port = free_port();
+    start_libvirtd(
+        dir,
+        port,
+        &format!("listen_tls = 0\nlisten_tcp = 1\ntcp_port = \"{port}\"\nauth_tcp = \"sasl\"\n"),
+        &sasl,
+    )
+}
+
+/// libvirtd with `settings` (its listener) in a private mount namespace, on 127.0.0.1:`port`.
+fn start_libvirtd(dir: &Path, port: u16, settings: &str, sasl: &Path) -> Daemon {
     let run = dir.join("run");
     std::fs::create_dir_all(&run).unwrap();
     let conf = dir.join("libvirtd.conf");
     std::fs::write(
         &conf,
         format!(
-            "listen_tls = 0\nlisten_tcp = 1\nlisten_addr = \"127.0.0.1\"\ntcp_port = \"{port}\"\nauth_tcp = \"sasl\"\nunix_sock_dir = \"{}\"\n",
+            "listen_addr = \"127.0.0.1\"\nunix_sock_dir = \"{}\"\n{settings}",
             run.display()
         ),
     )
@@ -102,7 +112,7 @@ fn sasl_libvirtd(dir: &Path) -> Daemon {
     );
     let child = Command::new("unshare")
         .args(["--mount", "--propagation", "private", "sh", "-c", &script])
-        .env("SASL_CONF_PATH", &sasl)
+        .env("SASL_CONF_PATH", sasl)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(dir.join("libvirtd.log")).unwrap())
@@ -122,6 +132,148 @@ fn sasl_libvirtd(dir: &Path) -> Daemon {
     }
     daemon.port = port;
     daemon
+}
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("openssl: {e} (run scripts/install-deps.sh)"));
+    assert!(
+        out.status.success(),
+        "openssl {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A CA (`NAME-ca.pem`, `NAME-ca.key`) and a certificate it signs (`NAME.pem`, `NAME.key`) for
+/// `subject`, with `extensions` (an openssl extension file's lines).
+fn certificate(dir: &Path, name: &str, ca: &str, subject: &str, extensions: &str) {
+    if !dir.join(format!("{ca}-ca.pem")).exists() {
+        openssl(
+            dir,
+            &[
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-days",
+                "2",
+                "-keyout",
+                &format!("{ca}-ca.key"),
+                "-out",
+                &format!("{ca}-ca.pem"),
+                "-subj",
+                &format!("/CN={ca}"),
+            ],
+        );
+    }
+    std::fs::write(dir.join(format!("{name}.ext")), extensions).unwrap();
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            &format!("{name}.key"),
+            "-out",
+            &format!("{name}.csr"),
+            "-subj",
+            &format!("/CN={subject}"),
+        ],
+    );
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-days",
+            "2",
+            "-in",
+            &format!("{name}.csr"),
+            "-CA",
+            &format!("{ca}-ca.pem"),
+            "-CAkey",
+            &format!("{ca}-ca.key"),
+            "-CAcreateserial",
+            "-out",
+            &format!("{name}.pem"),
+            "-extfile",
+            &format!("{name}.ext"),
+        ],
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_client_certificates_from_a_secret_open_a_qemu_tls_hypervisor() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = dir.path().join("pki");
+    std::fs::create_dir_all(&pki).unwrap();
+    certificate(
+        &pki,
+        "server",
+        "site",
+        "127.0.0.1",
+        "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+    );
+    certificate(
+        &pki,
+        "client",
+        "site",
+        "capstan",
+        "extendedKeyUsage=clientAuth\n",
+    );
+    // Signed by a CA the hypervisor does not know.
+    certificate(
+        &pki,
+        "stranger",
+        "other",
+        "capstan",
+        "extendedKeyUsage=clientAuth\n",
+    );
+    let port = free_port();
+    let daemon = start_libvirtd(
+        dir.path(),
+        port,
+        &format!(
+            "listen_tls = 1\nlisten_tcp = 0\ntls_port = \"{port}\"\nauth_tls = \"none\"\nkey_file = \"{0}/server.key\"\ncert_file = \"{0}/server.pem\"\nca_file = \"{0}/site-ca.pem\"\n",
+            pki.display()
+        ),
+        &pki,
+    );
+    let read = |name: &str| std::fs::read_to_string(pki.join(name)).unwrap();
+    let tls = |name: &str| Credentials {
+        client_certificate: Some(read(&format!("{name}.pem"))),
+        client_key: Some(read(&format!("{name}.key"))),
+        ca_certificate: Some(read("site-ca.pem")),
+        ..Credentials::default()
+    };
+    let driver = Driver::new();
+    for uri in [
+        format!("test+tls://127.0.0.1:{}/default", daemon.port),
+        format!("qemu+tls://127.0.0.1:{}/system", daemon.port),
+    ] {
+        // Without a certificate: libvirt looks in /etc/pki, which has none for this CA.
+        driver.set_credentials(&uri, None);
+        assert!(
+            driver.domains(&uri, "").await.is_err(),
+            "{uri} opened without a certificate"
+        );
+        driver.set_credentials(&uri, Some(tls("stranger")));
+        let refused = driver.domains(&uri, "").await.unwrap_err();
+        assert!(!refused.to_string().contains("PRIVATE KEY"), "{refused}");
+        driver.set_credentials(&uri, Some(tls("client")));
+        driver
+            .domains(&uri, "")
+            .await
+            .unwrap_or_else(|e| panic!("{uri} with the client certificate: {e}"));
+    }
+    drop(daemon);
 }
 
 fn credentials(password: &str) -> Credentials {
