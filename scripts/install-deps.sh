@@ -14,6 +14,9 @@
 #   debootstrap, e2fsprogs - the root filesystem of the Debian cloud-init image the cluster
 #                 end-to-end test provisions (`capstan ramdisk cloud-image`)
 #   libvirt-dev, pkg-config - to build libvirt-python
+#   sasl2-bin, libsasl2-modules - `saslpasswd2` and the DIGEST-MD5 mechanism: the KVM credentials
+#                 test starts a libvirtd whose TCP listener asks for a SASL username and password
+#   openssl     - the certificates of that test's TLS listener (a CA, server and client certificates)
 #   kubernetes (PyPI, pinned) - the official Python client, a second real client of `capstan serve`
 #   cargo-nextest - the test runner (per-test processes and time limits), from crates.io
 # kubectl is part of the machine image (1.32, with 1.27-1.33 in /usr/lib/google-cloud-sdk/bin).
@@ -23,7 +26,7 @@ set -euo pipefail
 packages=(cloud-init frr curl
   libvirt-daemon-system libvirt-clients libvirt-daemon-driver-qemu qemu-system-x86 qemu-utils
   tini dnsmasq-base isolinux syslinux syslinux-common mtools dosfstools xorriso cpio kmod
-  debootstrap e2fsprogs libvirt-dev pkg-config)
+  debootstrap e2fsprogs libvirt-dev pkg-config sasl2-bin libsasl2-modules openssl)
 
 as_root=()
 [ "$(id -u)" -eq 0 ] || as_root=(sudo)
@@ -79,6 +82,6 @@ if ! cargo nextest --version >/dev/null 2>&1; then
   cargo install --locked --quiet cargo-nextest
 fi
 
-for tool in cloud-init vtysh curl kubectl sushy-emulator virsh libvirtd virtlogd qemu-system-x86_64 qemu-img tini xorriso syslinux mcopy mkfs.vfat sfdisk debootstrap mkfs.ext4; do
+for tool in cloud-init vtysh curl kubectl sushy-emulator virsh libvirtd virtlogd qemu-system-x86_64 qemu-img tini xorriso syslinux mcopy mkfs.vfat sfdisk debootstrap mkfs.ext4 saslpasswd2 openssl; do
   command -v "$tool" >/dev/null || { echo "install-deps: $tool is still missing" >&2; exit 1; }
 done

@@ -33,6 +33,9 @@ pub const SCHEMES: &[&str] = &[
     "qemu+tcp",
     "qemu+unix",
     "test",
+    // libvirt's simulated hypervisor behind a remote libvirtd (tests of authentication).
+    "test+tcp",
+    "test+tls",
 ];
 
 /// Why a driver verb failed. Messages name the hypervisor and the object; the libvirt error is the
@@ -60,6 +63,13 @@ pub enum DriverError {
         uri: String,
         message: String,
     },
+    #[error("writing the hypervisor's credentials to {path}")]
+    Credentials {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{what} on {uri}: its content was not kept (see the reason given for the image)")]
+    ContentRejected { what: String, uri: String },
     #[error("reading {path}")]
     Read {
         path: String,
@@ -106,7 +116,7 @@ pub struct VolumeConfig {
 }
 
 /// What a new volume is filled with.
-#[derive(Clone, Debug, Default)]
+#[derive(Debug, Default)]
 pub enum Content {
     /// Nothing (a blank disk, or an overlay).
     #[default]
@@ -115,6 +125,21 @@ pub enum Content {
     Bytes(Vec<u8>),
     /// This local file's bytes.
     File(std::path::PathBuf),
+    /// Chunks as they arrive (an image being downloaded and verified): the volume is kept only
+    /// when the sender ends with [`Chunk::Done`].
+    Stream(tokio::sync::mpsc::Receiver<Chunk>),
+}
+
+/// One message of a [`Content::Stream`].
+#[derive(Debug)]
+pub enum Chunk {
+    /// More of the content.
+    Data(bytes::Bytes),
+    /// All of it, verified: keep the volume.
+    Done,
+    /// The content is not to be kept (its digest did not match, the download broke); the sender
+    /// knows why. A stream that ends without `Done` counts as this.
+    Failed,
 }
 
 /// What [`Driver::ensure_volume`] did.
@@ -189,10 +214,121 @@ pub struct DomainStatus {
     pub running: bool,
 }
 
+/// How capstan authenticates to a hypervisor, from the Secret its `credentialsSecretRef` names.
+/// Never printed: `Debug` shows which parts are present, not their values.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Credentials {
+    /// SASL (qemu+tcp, qemu+tls) or libssh user name (`username`).
+    pub username: Option<String>,
+    /// Its password (`password`).
+    pub password: Option<String>,
+    /// TLS client certificate, its key and the CA that signed the hypervisor's certificate
+    /// (`tls.crt`, `tls.key`, `ca.crt`; PEM), for `qemu+tls://`.
+    pub client_certificate: Option<String>,
+    pub client_key: Option<String>,
+    pub ca_certificate: Option<String>,
+    /// An ssh private key (`ssh-privatekey`), for `qemu+ssh://`.
+    pub ssh_private_key: Option<String>,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("username", &self.username.is_some())
+            .field("password", &self.password.is_some())
+            .field("client_certificate", &self.client_certificate.is_some())
+            .field("client_key", &self.client_key.is_some())
+            .field("ca_certificate", &self.ca_certificate.is_some())
+            .field("ssh_private_key", &self.ssh_private_key.is_some())
+            .finish()
+    }
+}
+
+impl Credentials {
+    /// From a Secret's data (`username`, `password`, `tls.crt`, `tls.key`, `ca.crt`,
+    /// `ssh-privatekey`); keys that are absent stay unset.
+    pub fn from_secret_data(data: &std::collections::BTreeMap<String, Vec<u8>>) -> Self {
+        let text = |key: &str| {
+            data.get(key)
+                .map(|bytes| String::from_utf8_lossy(bytes).into_owned())
+                .filter(|value| !value.is_empty())
+        };
+        Self {
+            username: text("username"),
+            password: text("password"),
+            client_certificate: text("tls.crt"),
+            client_key: text("tls.key"),
+            ca_certificate: text("ca.crt"),
+            ssh_private_key: text("ssh-privatekey"),
+        }
+    }
+
+    /// A digest of everything in it, to notice a changed Secret without keeping a second copy.
+    fn fingerprint(&self) -> [u8; 32] {
+        use sha2::Digest;
+        let mut hash = sha2::Sha256::new();
+        for part in [
+            &self.username,
+            &self.password,
+            &self.client_certificate,
+            &self.client_key,
+            &self.ca_certificate,
+            &self.ssh_private_key,
+        ] {
+            match part {
+                Some(value) => {
+                    hash.update([1]);
+                    hash.update((value.len() as u64).to_le_bytes());
+                    hash.update(value.as_bytes());
+                }
+                None => hash.update([0]),
+            }
+        }
+        hash.finalize().into()
+    }
+}
+
+thread_local! {
+    /// The user name and password libvirt's auth callback answers with, set on the thread that
+    /// opens a connection for exactly as long as the open takes (libvirt calls back on that
+    /// thread; the callback is a plain function, so it cannot carry them itself).
+    static ANSWERS: std::cell::RefCell<Option<(String, String)>> = const { std::cell::RefCell::new(None) };
+}
+
+/// libvirt's question for credentials: user names from the Secret's `username`, secrets from its
+/// `password`; what is not there is left unanswered, so libvirt refuses rather than guesses.
+#[allow(clippy::ptr_arg)] // The signature virt's callback type requires.
+fn answer_credentials(questions: &mut Vec<virt::connect::ConnectCredential>) {
+    use virt::connect::ConnectCredentialType as Asked;
+    ANSWERS.with(|answers| {
+        let answers = answers.borrow();
+        for question in questions.iter_mut() {
+            question.result = match (question.typed, answers.as_ref()) {
+                (Asked::UserName | Asked::AuthName | Asked::EchoPrompt, Some((user, _))) => {
+                    Some(user.clone())
+                }
+                (Asked::Passphrase | Asked::NoEchoPrompt, Some((_, password))) => {
+                    Some(password.clone())
+                }
+                (Asked::Realm, _) => Some(question.def_result.clone()),
+                _ => None,
+            };
+        }
+    });
+}
+
+/// An open connection and the credentials it was opened with.
+struct Open {
+    connection: Arc<Connect>,
+    fingerprint: Option<[u8; 32]>,
+}
+
 /// The libvirt driver.
 #[derive(Default)]
 pub struct Driver {
-    connections: Mutex<HashMap<String, Arc<Connect>>>,
+    connections: Mutex<HashMap<String, Open>>,
+    /// Credentials by hypervisor URI, from [`Driver::set_credentials`].
+    credentials: Mutex<HashMap<String, Credentials>>,
 }
 
 impl std::fmt::Debug for Driver {
@@ -215,7 +351,7 @@ pub fn check_uri(uri: &str) -> Result<(), DriverError> {
 
 /// Whether `uri` names libvirt's simulated hypervisor.
 pub fn is_simulated(uri: &str) -> bool {
-    uri.starts_with("test://")
+    uri.starts_with("test://") || uri.starts_with("test+")
 }
 
 fn libvirt(
@@ -352,29 +488,45 @@ impl Driver {
         SHARED.get_or_init(Self::new).clone()
     }
 
+    /// Authenticates to `uri` with `credentials` from now on (`None`: as the user capstan runs
+    /// as, with its ssh keys and `/etc/pki/libvirt`). A change reopens the connection.
+    pub fn set_credentials(&self, uri: &str, credentials: Option<Credentials>) {
+        let mut all = self.credentials.lock().unwrap_or_else(|p| p.into_inner());
+        match credentials {
+            Some(credentials) => all.insert(uri.to_owned(), credentials),
+            None => all.remove(uri),
+        };
+    }
+
     fn connection(&self, uri: &str) -> Result<Arc<Connect>, DriverError> {
         check_uri(uri)?;
+        let credentials = self
+            .credentials
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(uri)
+            .cloned();
+        let fingerprint = credentials.as_ref().map(Credentials::fingerprint);
         let mut connections = self.connections.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(connection) = connections.get(uri)
-            && connection.is_alive().unwrap_or(false)
+        if let Some(open) = connections.get(uri)
+            && open.fingerprint == fingerprint
+            && open.connection.is_alive().unwrap_or(false)
         {
-            return Ok(connection.clone());
+            return Ok(open.connection.clone());
         }
         connections.remove(uri);
-        let connection = Connect::open(Some(uri)).map_err(|error| {
-            if is_code(&error, ErrorNumber::AuthFailed) {
-                DriverError::AuthFailed {
-                    uri: uri.to_owned(),
-                }
-            } else {
-                DriverError::Unreachable {
-                    uri: uri.to_owned(),
-                    message: error.message().to_owned(),
-                }
-            }
-        })?;
+        let connection = match &credentials {
+            None => Connect::open(Some(uri)).map_err(|error| open_error(uri, &error))?,
+            Some(credentials) => open_authenticated(uri, credentials)?,
+        };
         let connection = Arc::new(connection);
-        connections.insert(uri.to_owned(), connection.clone());
+        connections.insert(
+            uri.to_owned(),
+            Open {
+                connection: connection.clone(),
+                fingerprint,
+            },
+        );
         Ok(connection)
     }
 
@@ -461,10 +613,34 @@ impl Driver {
         config: VolumeConfig,
         content: Content,
     ) -> Result<Written, DriverError> {
+        self.write_volume(uri, config, content, false).await
+    }
+
+    /// The volume `config.name` in `config.pool` created anew with `content`, whatever was there
+    /// (a medium an interrupted pass may have left half written; never one a domain uses).
+    pub async fn replace_volume(
+        self: &Arc<Self>,
+        uri: &str,
+        config: VolumeConfig,
+        content: Content,
+    ) -> Result<Written, DriverError> {
+        self.write_volume(uri, config, content, true).await
+    }
+
+    async fn write_volume(
+        self: &Arc<Self>,
+        uri: &str,
+        config: VolumeConfig,
+        content: Content,
+        replace: bool,
+    ) -> Result<Written, DriverError> {
         self.run(uri, move |connection, uri| {
             let pool = lookup_pool(connection, uri, &config.pool)?;
             let what = format!("volume {}/{}", config.pool, config.name);
             match pool.lookup_storage_vol_by_name(&config.name) {
+                Ok(volume) if replace => {
+                    volume.delete(0).map_err(libvirt("replacing", &what, uri))?;
+                }
                 Ok(volume) => {
                     let path = volume.path().map_err(libvirt("reading", &what, uri))?;
                     return Ok(Written::Existing { path });
@@ -472,33 +648,117 @@ impl Driver {
                 Err(error) if not_found(&error) => {}
                 Err(error) => return Err(libvirt("looking up", what, uri)(error)),
             }
-            let bytes = match content {
-                Content::Empty => None,
-                Content::Bytes(bytes) => Some(bytes),
+            let mut source = match content {
+                Content::Empty => {
+                    return create(&pool, &config, uri, &what)
+                        .map(|(_, path)| Written::Created { path });
+                }
+                Content::Bytes(bytes) => Source::Bytes(bytes),
                 Content::File(path) => {
-                    Some(std::fs::read(&path).map_err(|source| DriverError::Read {
+                    Source::Bytes(std::fs::read(&path).map_err(|source| DriverError::Read {
                         path: path.display().to_string(),
                         source,
                     })?)
                 }
+                Content::Stream(receiver) => Source::Stream(receiver),
             };
-            let volume = StorageVol::create_xml(&pool, &volume_xml(&config), 0)
-                .map_err(libvirt("creating", &what, uri))?;
-            let path = volume.path().map_err(libvirt("reading", &what, uri))?;
-            let Some(bytes) = bytes else {
-                return Ok(Written::Created { path });
-            };
-            match upload(connection, &volume, &bytes) {
+            let (volume, path) = create(&pool, &config, uri, &what)?;
+            match upload(connection, &volume, config.capacity_bytes, &mut source) {
                 Ok(()) => Ok(Written::Created { path }),
-                Err(error) if is_code(&error, ErrorNumber::NoSupport) && is_simulated(uri) => {
-                    Ok(Written::Simulated { path })
+                Err(Upload::Libvirt(error))
+                    if is_code(&error, ErrorNumber::NoSupport) && is_simulated(uri) =>
+                {
+                    // No data path: the content is still read to its end (a stream is verified
+                    // as it goes) and only kept when it was whole.
+                    if source.drain() {
+                        Ok(Written::Simulated { path })
+                    } else {
+                        let _ = volume.delete(0);
+                        Err(DriverError::ContentRejected {
+                            what,
+                            uri: uri.to_owned(),
+                        })
+                    }
                 }
-                Err(error) => {
+                Err(failure) => {
                     // Never leave a volume without its content behind: the next pass creates it anew.
                     let _ = volume.delete(0);
-                    Err(libvirt("uploading", what, uri)(error))
+                    Err(match failure {
+                        Upload::Libvirt(error) => libvirt("uploading", what, uri)(error),
+                        Upload::Rejected => DriverError::ContentRejected {
+                            what,
+                            uri: uri.to_owned(),
+                        },
+                    })
                 }
             }
+        })
+        .await
+    }
+
+    /// The `sha256` or `sha512` digest (hex) of volume `name`'s content, read over libvirt's
+    /// stream API; `None` when the hypervisor cannot send it (the simulated one has no data path)
+    /// or the volume is not there.
+    pub async fn volume_digest(
+        self: &Arc<Self>,
+        uri: &str,
+        pool: &str,
+        name: &str,
+        algorithm: &str,
+    ) -> Result<Option<String>, DriverError> {
+        use sha2::Digest;
+        let (pool, name, algorithm) = (pool.to_owned(), name.to_owned(), algorithm.to_owned());
+        self.run(uri, move |connection, uri| {
+            let pool_object = lookup_pool(connection, uri, &pool)?;
+            let what = format!("volume {pool}/{name}");
+            let volume = match pool_object.lookup_storage_vol_by_name(&name) {
+                Ok(volume) => volume,
+                Err(error) if not_found(&error) => return Ok(None),
+                Err(error) => return Err(libvirt("looking up", what, uri)(error)),
+            };
+            let stream = Stream::new(connection, 0).map_err(libvirt("reading", &what, uri))?;
+            match volume.download(&stream, 0, 0, 0) {
+                Ok(()) => {}
+                Err(error) if is_code(&error, ErrorNumber::NoSupport) => return Ok(None),
+                Err(error) => return Err(libvirt("reading", what, uri)(error)),
+            }
+            let mut sha256 = sha2::Sha256::new();
+            let mut sha512 = sha2::Sha512::new();
+            let mut buffer = vec![0u8; 1 << 20];
+            loop {
+                let read = match stream.recv(&mut buffer) {
+                    Ok(read) => read,
+                    Err(error) => {
+                        let _ = stream.abort();
+                        return Err(libvirt("reading", what, uri)(error));
+                    }
+                };
+                let Ok(read) = usize::try_from(read) else {
+                    let _ = stream.abort();
+                    return Err(DriverError::Libvirt {
+                        verb: "reading",
+                        what,
+                        uri: uri.to_owned(),
+                        message: "the stream failed".into(),
+                    });
+                };
+                if read == 0 {
+                    break;
+                }
+                let chunk = &buffer[..read.min(buffer.len())];
+                if algorithm == "sha512" {
+                    sha512.update(chunk);
+                } else {
+                    sha256.update(chunk);
+                }
+            }
+            stream.finish().map_err(libvirt("reading", &what, uri))?;
+            let digest: Vec<u8> = if algorithm == "sha512" {
+                sha512.finalize().to_vec()
+            } else {
+                sha256.finalize().to_vec()
+            };
+            Ok(Some(digest.iter().map(|b| format!("{b:02x}")).collect()))
         })
         .await
     }
@@ -686,6 +946,104 @@ impl Driver {
     }
 }
 
+fn open_error(uri: &str, error: &virt::error::Error) -> DriverError {
+    if is_code(error, ErrorNumber::AuthFailed) || is_code(error, ErrorNumber::AuthCancelled) {
+        DriverError::AuthFailed {
+            uri: uri.to_owned(),
+        }
+    } else {
+        DriverError::Unreachable {
+            uri: uri.to_owned(),
+            message: error.message().to_owned(),
+        }
+    }
+}
+
+/// Writes `content` to `path`, readable by its owner only (keys, certificates).
+fn write_private(path: &std::path::Path, content: &str) -> Result<(), DriverError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode(0o600)
+        .open(path)
+        .and_then(|mut file| file.write_all(content.as_bytes()))
+        .map_err(|source| DriverError::Credentials {
+            path: path.display().to_string(),
+            source,
+        })
+}
+
+/// `uri` with `name=value` added to its query.
+fn with_parameter(uri: &str, name: &str, value: &str) -> String {
+    let separator = if uri.contains('?') { '&' } else { '?' };
+    format!("{uri}{separator}{name}={value}")
+}
+
+/// Opens `uri` with `credentials`: TLS client certificates and ssh keys are written to a private
+/// directory that exists only while the connection is opened (libvirt reads them then), named by
+/// the URI's `pkipath` / `keyfile`; user name and password answer libvirt's SASL questions.
+fn open_authenticated(uri: &str, credentials: &Credentials) -> Result<Connect, DriverError> {
+    use virt::connect::{ConnectAuth, ConnectCredentialType as Asked};
+    let scheme = uri.split_once("://").map(|(s, _)| s).unwrap_or_default();
+    let files = tempfile::Builder::new()
+        .prefix("capstan-libvirt-")
+        .tempdir()
+        .map_err(|source| DriverError::Credentials {
+            path: std::env::temp_dir().display().to_string(),
+            source,
+        })?;
+    let mut effective = uri.to_owned();
+    if scheme.ends_with("+tls")
+        && let (Some(certificate), Some(key)) =
+            (&credentials.client_certificate, &credentials.client_key)
+    {
+        write_private(&files.path().join("clientcert.pem"), certificate)?;
+        write_private(&files.path().join("clientkey.pem"), key)?;
+        if let Some(ca) = &credentials.ca_certificate {
+            write_private(&files.path().join("cacert.pem"), ca)?;
+        }
+        effective = with_parameter(&effective, "pkipath", &files.path().display().to_string());
+    }
+    if scheme.ends_with("+ssh")
+        && let Some(key) = &credentials.ssh_private_key
+    {
+        let path = files.path().join("id");
+        // ssh refuses a key file that does not end with a newline.
+        let key = if key.ends_with('\n') {
+            key.clone()
+        } else {
+            format!("{key}\n")
+        };
+        write_private(&path, &key)?;
+        effective = with_parameter(&effective, "keyfile", &path.display().to_string());
+        effective = with_parameter(&effective, "no_tty", "1");
+    }
+    let answers = credentials
+        .username
+        .clone()
+        .map(|user| (user, credentials.password.clone().unwrap_or_default()));
+    ANSWERS.with(|slot| *slot.borrow_mut() = answers);
+    let mut auth = ConnectAuth::new(
+        vec![
+            Asked::UserName,
+            Asked::AuthName,
+            Asked::Passphrase,
+            Asked::EchoPrompt,
+            Asked::NoEchoPrompt,
+            Asked::Realm,
+        ],
+        answer_credentials,
+    );
+    let opened = Connect::open_auth(Some(&effective), &mut auth, 0);
+    ANSWERS.with(|slot| slot.borrow_mut().take());
+    drop(files);
+    // Errors name the URI as written, never the private paths added to it.
+    opened.map_err(|error| open_error(uri, &error))
+}
+
 fn lookup_pool(connection: &Connect, uri: &str, pool: &str) -> Result<StoragePool, DriverError> {
     let found = connection
         .lookup_storage_pool_by_name(pool)
@@ -722,13 +1080,48 @@ fn status(domain: &Domain, uri: &str, what: &str) -> Result<DomainStatus, Driver
     })
 }
 
-fn upload(
-    connection: &Connect,
-    volume: &StorageVol,
-    bytes: &[u8],
-) -> Result<(), virt::error::Error> {
-    let stream = Stream::new(connection, 0)?;
-    volume.upload(&stream, 0, bytes.len() as u64, 0)?;
+fn create(
+    pool: &StoragePool,
+    config: &VolumeConfig,
+    uri: &str,
+    what: &str,
+) -> Result<(StorageVol, String), DriverError> {
+    let volume = StorageVol::create_xml(pool, &volume_xml(config), 0)
+        .map_err(libvirt("creating", what, uri))?;
+    let path = volume.path().map_err(libvirt("reading", what, uri))?;
+    Ok((volume, path))
+}
+
+/// Where an upload's bytes come from.
+enum Source {
+    Bytes(Vec<u8>),
+    Stream(tokio::sync::mpsc::Receiver<Chunk>),
+}
+
+impl Source {
+    /// Reads a stream to its end; whether it ended with `Done`.
+    fn drain(&mut self) -> bool {
+        match self {
+            Self::Bytes(_) => true,
+            Self::Stream(receiver) => loop {
+                match receiver.blocking_recv() {
+                    Some(Chunk::Data(_)) => {}
+                    Some(Chunk::Done) => return true,
+                    Some(Chunk::Failed) | None => return false,
+                }
+            },
+        }
+    }
+}
+
+/// Why an upload stopped.
+enum Upload {
+    Libvirt(virt::error::Error),
+    /// The stream's sender said the content is not to be kept.
+    Rejected,
+}
+
+fn send_all(stream: &Stream, bytes: &[u8]) -> Result<(), virt::error::Error> {
     let mut sent = 0;
     while sent < bytes.len() {
         let chunk = &bytes[sent..bytes.len().min(sent + (1 << 20))];
@@ -738,7 +1131,40 @@ fn upload(
             .max(1)
             .min(chunk.len());
     }
-    stream.finish()
+    Ok(())
+}
+
+fn upload(
+    connection: &Connect,
+    volume: &StorageVol,
+    length: u64,
+    source: &mut Source,
+) -> Result<(), Upload> {
+    let stream = Stream::new(connection, 0).map_err(Upload::Libvirt)?;
+    volume
+        .upload(&stream, 0, length, 0)
+        .map_err(Upload::Libvirt)?;
+    let sent = match source {
+        Source::Bytes(bytes) => send_all(&stream, bytes).map_err(Upload::Libvirt),
+        Source::Stream(receiver) => loop {
+            match receiver.blocking_recv() {
+                Some(Chunk::Data(bytes)) => {
+                    if let Err(error) = send_all(&stream, &bytes) {
+                        break Err(Upload::Libvirt(error));
+                    }
+                }
+                Some(Chunk::Done) => break Ok(()),
+                Some(Chunk::Failed) | None => break Err(Upload::Rejected),
+            }
+        },
+    };
+    match sent {
+        Ok(()) => stream.finish().map_err(Upload::Libvirt),
+        Err(error) => {
+            let _ = stream.abort();
+            Err(error)
+        }
+    }
 }
 
 #[cfg(test)]

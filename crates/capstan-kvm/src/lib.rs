@@ -8,12 +8,15 @@
 //!   domain, `libvirt://HYPERVISOR/UUID` providerIDs on the machine and its Node; deletion removes
 //!   the domain and everything it owned.
 //! - [`driver`]: the libvirt driver — coarse, idempotent verbs with one config and one error type.
+//! - [`image`]: base images from `file://`, `http://` and `https://` URLs, streamed into a pool
+//!   and verified as they pass.
 //! - [`media`]: the NoCloud medium (meta-data, network-config, multipart user-data).
 //!
 //! KVMMachineTemplate needs no controller: CAPI clones it.
 
 pub mod cluster;
 pub mod driver;
+pub mod image;
 pub mod machine;
 pub mod media;
 

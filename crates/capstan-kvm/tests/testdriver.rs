@@ -277,10 +277,17 @@ async fn wait_provisioned(env: &Env, name: &str) -> KVMMachine {
 }
 
 async fn wait_reason(env: &Env, name: &str, reason: &str) -> String {
+    let deadline = Instant::now() + WAIT;
     poll(
         &format!("KVMMachine {name} Ready reason {reason}"),
         || async {
             let machine = kvm_machine(env, name).await?;
+            if Instant::now() + Duration::from_millis(200) > deadline {
+                panic!(
+                    "KVMMachine {name} has no Ready reason {reason}: {}",
+                    serde_json::to_string(&machine.status).unwrap()
+                );
+            }
             let (_, actual, message) = ready(&machine)?;
             (actual == reason).then_some(message)
         },
@@ -603,5 +610,214 @@ struct StopOnDrop(CancellationToken);
 impl Drop for StopOnDrop {
     fn drop(&mut self) {
         self.0.cancel();
+    }
+}
+
+/// What a test HTTP server answers for one path: each request takes the next answer (the last
+/// one repeats). An answer is a status, a Content-Length and a body (the length may differ from
+/// the body: a server that lies).
+type Answer = (u16, u64, Vec<u8>);
+
+/// An HTTP/1.1 server on 127.0.0.1 serving `answers` by path, recording each request's head.
+struct ImageServer {
+    port: u16,
+    requests: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+async fn image_server(answers: Vec<(&'static str, Vec<Answer>)>) -> ImageServer {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let requests = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let answers = Arc::new(std::sync::Mutex::new(
+        answers
+            .into_iter()
+            .map(|(path, list)| (path.to_owned(), list))
+            .collect::<std::collections::HashMap<_, _>>(),
+    ));
+    let recorded = requests.clone();
+    tokio::spawn(async move {
+        loop {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let recorded = recorded.clone();
+            let answers = answers.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if socket.read(&mut byte).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    head.push(byte[0]);
+                }
+                let head = String::from_utf8_lossy(&head).into_owned();
+                let path = head
+                    .split_whitespace()
+                    .nth(1)
+                    .unwrap_or("/")
+                    .split('?')
+                    .next()
+                    .unwrap()
+                    .to_owned();
+                recorded.lock().unwrap().push(head);
+                let (status, length, body) = {
+                    let mut answers = answers.lock().unwrap();
+                    match answers.get_mut(&path) {
+                        Some(list) if list.len() > 1 => list.remove(0),
+                        Some(list) => list[0].clone(),
+                        None => (404, 0, Vec::new()),
+                    }
+                };
+                let response = format!(
+                    "HTTP/1.1 {status} X\r\nContent-Length: {length}\r\nConnection: close\r\n\r\n"
+                );
+                let _ = socket.write_all(response.as_bytes()).await;
+                let _ = socket.write_all(&body).await;
+                let _ = socket.shutdown().await;
+            });
+        }
+    });
+    ImageServer { port, requests }
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_images_are_streamed_verified_retried_and_limited() {
+    let env = start("httpimage").await;
+    let hv = hypervisor_file(env.dir.path(), "hv", 16, 32 << 10);
+    cluster(&env, "c1", json!([{"name": "hv", "uri": hv}])).await;
+    // 3 MiB, so the image passes in several chunks.
+    let image: Vec<u8> = (0..3u32 << 20).map(|i| (i % 251) as u8).collect();
+    let length = image.len() as u64;
+    let mut tampered = image.clone();
+    tampered[1 << 20] ^= 1;
+    let server = image_server(vec![
+        // A server error first: retried with backoff.
+        (
+            "/os.img",
+            vec![(503, 0, Vec::new()), (200, length, image.clone())],
+        ),
+        ("/tampered.img", vec![(200, length, tampered)]),
+        // Announces more than capstan streams into a pool.
+        ("/huge.img", vec![(200, 1 << 40, Vec::new())]),
+        // Ends early.
+        ("/short.img", vec![(200, length, image[..1 << 20].to_vec())]),
+    ])
+    .await;
+    let base = format!("http://127.0.0.1:{}", server.port);
+    let secret_url = format!(
+        "http://imguser:hunter2-pw@127.0.0.1:{}/os.img?token=t0ken-xyz",
+        server.port
+    );
+    let spec = |url: String, checksum: &str| {
+        json!({"resources": {"cpu": 1, "memory": "128Mi", "disk": "1Gi"},
+               "image": {"url": url, "checksum": checksum}})
+    };
+    machine(&env, "c1", "good", spec(secret_url, &sha256_hex(&image))).await;
+    let message = wait_reason(&env, "good", "ImageDownloadFailed").await;
+    assert!(
+        message.contains("HTTP 503") && message.contains("trying again in 5 s"),
+        "{message}"
+    );
+    assert!(
+        message.contains(&format!("http://127.0.0.1:{}/os.img", server.port)),
+        "the image is named by its redacted URL: {message}"
+    );
+    let provisioned = wait_provisioned(&env, "good").await;
+    assert!(provisioned.spec.provider_id.is_some());
+    let heads = server.requests.lock().unwrap().clone();
+    assert_eq!(heads.len(), 2, "{heads:?}");
+    let basic = {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(b"imguser:hunter2-pw")
+    };
+    for head in &heads {
+        assert!(
+            head.starts_with("GET /os.img?token=t0ken-xyz HTTP/1.1"),
+            "{head}"
+        );
+        assert!(
+            head.lines()
+                .any(|l| l.eq_ignore_ascii_case(&format!("authorization: Basic {basic}"))),
+            "{head}"
+        );
+    }
+
+    machine(
+        &env,
+        "c1",
+        "tampered",
+        // The digest of what it should have served (not the cached image's: a base volume is
+        // found by digest, and one of that digest is there already).
+        spec(
+            format!("{base}/tampered.img"),
+            &sha256_hex(b"the image it should be"),
+        ),
+    )
+    .await;
+    let message = wait_reason(&env, "tampered", "ImageChecksumMismatch").await;
+    assert!(
+        message.contains("fix the checksum or the image"),
+        "{message}"
+    );
+    machine(
+        &env,
+        "c1",
+        "huge",
+        spec(format!("{base}/huge.img"), &"1".repeat(64)),
+    )
+    .await;
+    let message = wait_reason(&env, "huge", "ImageTooLarge").await;
+    assert!(message.contains("1099511627776 bytes"), "{message}");
+    machine(
+        &env,
+        "c1",
+        "short",
+        spec(format!("{base}/short.img"), &"2".repeat(64)),
+    )
+    .await;
+    let message = wait_reason(&env, "short", "ImageDownloadFailed").await;
+    assert!(message.contains("short.img"), "{message}");
+    // Only the verified image is in the pool; the others left nothing.
+    let volumes = env
+        .driver
+        .volumes(&hv, "default", NAME_PREFIX)
+        .await
+        .unwrap();
+    let bases: Vec<&String> = volumes.iter().filter(|v| v.contains("-base-")).collect();
+    assert_eq!(
+        bases,
+        vec![&capstan_kvm::machine::base_volume(&sha256_hex(&image))],
+        "{volumes:?}"
+    );
+    // No condition or Event shows the URL's password or token.
+    let machines: Api<KVMMachine> = Api::namespaced(env.client.clone(), &env.namespace);
+    let statuses: Vec<String> = machines
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|m| serde_json::to_string(&m.status).unwrap())
+        .collect();
+    let statuses = statuses.join("\n");
+    let events: Api<Event> = Api::namespaced(env.client.clone(), &env.namespace);
+    let events =
+        serde_json::to_string(&events.list(&ListParams::default()).await.unwrap().items).unwrap();
+    for secret in ["hunter2-pw", "t0ken-xyz"] {
+        assert!(
+            !events.contains(secret),
+            "an Event shows {secret}: {events}"
+        );
+        assert!(
+            !statuses.contains(secret),
+            "a status shows {secret}: {statuses}"
+        );
     }
 }

@@ -69,7 +69,7 @@ struct Figures {
     delete_breakdown: Vec<(String, u64)>,
 }
 
-fn api(client: &kube::Client, api_version: &str, kind: &str) -> Api<DynamicObject> {
+pub(super) fn api(client: &kube::Client, api_version: &str, kind: &str) -> Api<DynamicObject> {
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
     let gvk = GroupVersionKind::gvk(group, version, kind);
     Api::namespaced_with(client.clone(), "default", &ApiResource::from_gvk(&gvk))
@@ -187,7 +187,7 @@ fn cluster_objects(c: usize, workers: usize) -> Vec<Value> {
 }
 
 /// Creates `objects` with up to 32 requests in flight.
-async fn create_all(client: &kube::Client, objects: Vec<Value>) -> anyhow::Result<()> {
+pub(super) async fn create_all(client: &kube::Client, objects: Vec<Value>) -> anyhow::Result<()> {
     futures::stream::iter(objects)
         .map(|object| async move {
             let api_version = object["apiVersion"].as_str().unwrap_or_default().to_owned();
@@ -214,7 +214,7 @@ async fn create_all(client: &kube::Client, objects: Vec<Value>) -> anyhow::Resul
 /// `counts`) answers `None`, printing its progress as it changes; fails after `timeout` naming
 /// `what`. A watch, not a list per poll: the benchmark's own reads stay small beside the work it
 /// measures, whatever the number of objects.
-async fn follow<C, P>(
+pub(super) async fn follow<C, P>(
     what: &str,
     api: &Api<DynamicObject>,
     timeout: Duration,
@@ -300,7 +300,7 @@ where
     }
 }
 
-fn status_field<'a>(object: &'a DynamicObject, path: &[&str]) -> Option<&'a Value> {
+pub(super) fn status_field<'a>(object: &'a DynamicObject, path: &[&str]) -> Option<&'a Value> {
     path.iter()
         .try_fold(object.data.get("status")?, |value, key| value.get(key))
 }
@@ -308,10 +308,10 @@ fn status_field<'a>(object: &'a DynamicObject, path: &[&str]) -> Option<&'a Valu
 /// The server's counters: API requests by `verb resource` and reconciles by `reconcile
 /// controller`.
 #[derive(Clone, Debug, Default)]
-struct Counters(std::collections::BTreeMap<String, u64>);
+pub(super) struct Counters(std::collections::BTreeMap<String, u64>);
 
 impl Counters {
-    async fn read(client: &kube::Client) -> Self {
+    pub(super) async fn read(client: &kube::Client) -> Self {
         let request = http::Request::get("/metrics").body(Vec::new());
         let Ok(request) = request else {
             return Self::default();
@@ -354,7 +354,7 @@ impl Counters {
         Self(counters)
     }
 
-    fn requests(&self) -> u64 {
+    pub(super) fn requests(&self) -> u64 {
         self.0
             .iter()
             .filter(|(k, _)| !k.starts_with("reconcile "))
@@ -363,7 +363,7 @@ impl Counters {
     }
 
     /// What grew since `before`, the largest first.
-    fn since(&self, before: &Self) -> Vec<(String, u64)> {
+    pub(super) fn since(&self, before: &Self) -> Vec<(String, u64)> {
         let mut grown: Vec<(String, u64)> = self
             .0
             .iter()

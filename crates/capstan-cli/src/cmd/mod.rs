@@ -6,6 +6,7 @@ mod bench;
 mod bench_clusters;
 mod bench_hosts;
 mod bench_image;
+mod bench_kvm;
 mod clusterctl;
 mod controllers;
 mod convert;
@@ -80,6 +81,9 @@ pub enum BenchCommand {
     /// Clusters (1 control plane + workers) on fake hosts and simulated workload clusters, from
     /// creation to every Machine Running to deletion: time, CPU, memory, API requests.
     Clusters(bench_clusters::Args),
+    /// KVM clusters (KVMMachines on libvirt's simulated hypervisors) from creation to every
+    /// Machine Running to deletion; with `--real URI`, capstan's own time per real VM.
+    Kvm(bench_kvm::Args),
 }
 
 /// Runs one subcommand; errors that escape are reported as "could not read" (exit 2).
@@ -99,6 +103,7 @@ pub fn run(command: Command, style: &Style) -> anyhow::Result<Exit> {
         Command::Bench(BenchCommand::Hosts(args)) => bench_hosts::run(args),
         Command::Bench(BenchCommand::ImageWrite(args)) => bench_image::run(args),
         Command::Bench(BenchCommand::Clusters(args)) => bench_clusters::run(args),
+        Command::Bench(BenchCommand::Kvm(args)) => bench_kvm::run(args),
         Command::Controllers(args) => controllers::run(args, style),
         Command::Crds(args) => crds::run(args),
         Command::ClusterctlTemplate(args) => clusterctl::run(args),
