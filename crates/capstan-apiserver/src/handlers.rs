@@ -15,7 +15,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use bytes::Bytes;
-use capstan_store::{EventType, ObjectKey, PastState, StoredObject, WatchItem};
+use capstan_store::{EventType, ListQuery, ObjectKey, PastState, StoredObject, WatchItem};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -552,14 +552,32 @@ fn selectors(request: &Request) -> Result<(LabelSelector, FieldSelector), ApiErr
     Ok((labels, fields))
 }
 
-/// The store filter for selectors; none when both are empty, so objects need not be parsed.
-fn selector_filter(labels: LabelSelector, fields: FieldSelector) -> Option<capstan_store::Filter> {
-    if labels.is_empty() && fields.is_empty() {
-        return None;
+/// The store query of one list page with these selectors: the label requirements are answered by
+/// the store's label index (only the selected objects are read); the objects are parsed and matched
+/// only for what the index cannot answer (field selectors, `>` and `<`).
+fn selected_query(
+    request: &Request,
+    after: Option<(String, String)>,
+    limit: Option<usize>,
+    labels: &LabelSelector,
+    fields: &FieldSelector,
+) -> ListQuery {
+    let (terms, exact) = labels.index_terms();
+    let keep: Option<capstan_store::Filter> = if exact && fields.is_empty() {
+        None
+    } else {
+        let (labels, fields) = (labels.clone(), fields.clone());
+        Some(Box::new(move |v: &Value| {
+            labels.matches(&labels_of(v)) && fields.matches(v)
+        }))
+    };
+    ListQuery {
+        after,
+        limit,
+        labels: terms,
+        keep,
+        ..ListQuery::new(request.storage_resource(), request.path.namespace.clone())
     }
-    Some(Box::new(move |v: &Value| {
-        labels.matches(&labels_of(v)) && fields.matches(v)
-    }))
 }
 
 /// A list body assembled from stored JSON text without parsing it: used when the requested version
@@ -611,17 +629,15 @@ async fn stream_list(
     labels: LabelSelector,
     fields: FieldSelector,
 ) -> Result<Response, ApiError> {
-    let resource = request.storage_resource();
-    let namespace = request.path.namespace.clone();
     let first = state
         .store
-        .list(
-            resource.clone(),
-            namespace.clone(),
+        .query(selected_query(
+            &request,
             None,
             Some(STREAM_PAGE),
-            selector_filter(labels.clone(), fields.clone()),
-        )
+            &labels,
+            &fields,
+        ))
         .await?;
     let form = if request.wants_table() {
         ItemForm::TableRow(
@@ -695,13 +711,13 @@ async fn stream_list(
             }
             page = match state
                 .store
-                .list(
-                    resource.clone(),
-                    namespace.clone(),
+                .query(selected_query(
+                    &request,
                     Some(after),
                     Some(STREAM_PAGE),
-                    selector_filter(labels.clone(), fields.clone()),
-                )
+                    &labels,
+                    &fields,
+                ))
                 .await
             {
                 Ok(next) => next,
@@ -768,13 +784,7 @@ async fn list(state: Arc<ApiState>, request: Request) -> Result<Response, ApiErr
     };
     let page = state
         .store
-        .list(
-            request.storage_resource(),
-            request.path.namespace.clone(),
-            after,
-            limit,
-            selector_filter(labels, fields),
-        )
+        .query(selected_query(&request, after, limit, &labels, &fields))
         .await?;
     let list_rv = first_rv.unwrap_or(page.resource_version);
     let continue_token = page
@@ -850,6 +860,8 @@ async fn watch_collection(state: Arc<ApiState>, request: Request) -> Result<Resp
     // With a selector, objects enter and leave the selection: the watch tracks which ones are in
     // it, so a change that moves one in is ADDED and one that moves it out is DELETED.
     let selective = !labels.is_empty() || !fields.is_empty() || name_filter.is_some();
+    // The store's label index narrows the lists below to the labelled objects; `matches` decides.
+    let (label_terms, _) = labels.index_terms();
     let matches = move |v: &Value| {
         labels.matches(&labels_of(v))
             && fields.matches(v)
@@ -876,13 +888,11 @@ async fn watch_collection(state: Arc<ApiState>, request: Request) -> Result<Resp
         let filter = matches.clone();
         let page = state
             .store
-            .list(
-                request.storage_resource(),
-                request.path.namespace.clone(),
-                None,
-                None,
-                Some(Box::new(move |v: &Value| filter(v))),
-            )
+            .query(ListQuery {
+                labels: label_terms.clone(),
+                keep: Some(Box::new(move |v: &Value| filter(v))),
+                ..ListQuery::new(request.storage_resource(), request.path.namespace.clone())
+            })
             .await?;
         members.extend(
             page.items
@@ -899,13 +909,12 @@ async fn watch_collection(state: Arc<ApiState>, request: Request) -> Result<Resp
             let filter = matches.clone();
             let page = state
                 .store
-                .list(
-                    request.storage_resource(),
-                    request.path.namespace.clone(),
-                    None,
-                    Some(STREAM_PAGE),
-                    Some(Box::new(move |v: &Value| filter(v))),
-                )
+                .query(ListQuery {
+                    limit: Some(STREAM_PAGE),
+                    labels: label_terms.clone(),
+                    keep: Some(Box::new(move |v: &Value| filter(v))),
+                    ..ListQuery::new(request.storage_resource(), request.path.namespace.clone())
+                })
                 .await?;
             let rv = page.resource_version;
             (Some(page), rv)
@@ -954,13 +963,13 @@ async fn watch_collection(state: Arc<ApiState>, request: Request) -> Result<Resp
             let filter = initial_matches.clone();
             next_page = match state
                 .store
-                .list(
-                    request.storage_resource(),
-                    request.path.namespace.clone(),
-                    Some(after),
-                    Some(STREAM_PAGE),
-                    Some(Box::new(move |v: &Value| filter(v))),
-                )
+                .query(ListQuery {
+                    after: Some(after),
+                    limit: Some(STREAM_PAGE),
+                    labels: label_terms.clone(),
+                    keep: Some(Box::new(move |v: &Value| filter(v))),
+                    ..ListQuery::new(request.storage_resource(), request.path.namespace.clone())
+                })
                 .await
             {
                 Ok(next) => Some(next),
@@ -1966,13 +1975,7 @@ async fn delete_collection(state: Arc<ApiState>, request: Request) -> Result<Res
     let options = delete_options(&Bytes::new(), &request.query)?;
     let page = state
         .store
-        .list(
-            request.storage_resource(),
-            request.path.namespace.clone(),
-            None,
-            None,
-            selector_filter(labels, fields),
-        )
+        .query(selected_query(&request, None, None, &labels, &fields))
         .await?;
     let mut items = Vec::new();
     for current in page.items {

@@ -1,6 +1,7 @@
 //! Label selectors (`env=prod,tier!=web,app in (a,b),!legacy`) and field selectors
 //! (`metadata.name=x,status.phase!=Running`), parsed from query strings and matched against objects.
 
+use capstan_store::LabelTerm;
 use std::collections::BTreeMap;
 
 /// A malformed selector.
@@ -312,6 +313,30 @@ impl LabelSelector {
     /// Whether the selector is empty.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
+    }
+
+    /// The selector as terms the store's label index answers, and whether they answer it exactly.
+    /// `>` and `<` compare numbers, which the index does not: each becomes "the label exists" (a
+    /// superset), and the caller must match the parsed objects against the selector itself.
+    pub fn index_terms(&self) -> (Vec<LabelTerm>, bool) {
+        let mut exact = true;
+        let terms = self
+            .0
+            .iter()
+            .map(|req| match req {
+                LabelRequirement::Equals(k, v) => LabelTerm::Equals(k.clone(), v.clone()),
+                LabelRequirement::NotEquals(k, v) => LabelTerm::NotEquals(k.clone(), v.clone()),
+                LabelRequirement::In(k, vs) => LabelTerm::In(k.clone(), vs.clone()),
+                LabelRequirement::NotIn(k, vs) => LabelTerm::NotIn(k.clone(), vs.clone()),
+                LabelRequirement::Exists(k) => LabelTerm::Exists(k.clone()),
+                LabelRequirement::DoesNotExist(k) => LabelTerm::DoesNotExist(k.clone()),
+                LabelRequirement::GreaterThan(k, _) | LabelRequirement::LessThan(k, _) => {
+                    exact = false;
+                    LabelTerm::Exists(k.clone())
+                }
+            })
+            .collect();
+        (terms, exact)
     }
 }
 

@@ -3,7 +3,8 @@
 //!
 //! Around each reconcile the harness:
 //! - skips the object when it, or the Cluster it belongs to, is paused (`cluster.x-k8s.io/paused`
-//!   annotation, or `spec.paused` on the Cluster), and re-triggers it when that Cluster changes;
+//!   annotation, or `spec.paused` on the Cluster; the Cluster's pause comes from the process's
+//!   shared [`ClusterPauses`]), and re-triggers it when that Cluster changes;
 //! - adds the controller's finalizer before the first reconcile and, once the object is being
 //!   deleted, calls [`Reconciler::cleanup`] on every pass until it answers [`Cleanup::Done`]; only
 //!   then is the finalizer removed (cleanup that waits for other objects to go takes many passes);
@@ -16,12 +17,15 @@
 //! once, and return an [`Action`]. A failed pass is retried by the requeue, never by a loop inside.
 
 use crate::metrics::{ControllerMetrics, ReconcileResult};
+use crate::pauses::{
+    ClusterPauses, Pause, cluster_is_paused, cluster_resource, has_paused_annotation,
+};
 use crate::watches::{Cache, Caches, WatchError};
 use crate::{CancellationToken, RuntimeError, Task, TaskEnv};
-use capstan_model::meta::{ANNOTATION_PAUSED, LABEL_CLUSTER_NAME};
+use capstan_model::meta::LABEL_CLUSTER_NAME;
 use futures::StreamExt;
 use futures::future::BoxFuture;
-use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::{self, Action, Config, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
@@ -307,25 +311,7 @@ struct Shared<R: Reconciler> {
     context: Arc<Context>,
     metrics: ControllerMetrics,
     backoff: Backoff,
-}
-
-/// The `cluster.x-k8s.io` Cluster as the harness reads it: only its pause matters, so it is read
-/// untyped and no Cluster version or shape can make the read fail.
-fn cluster_resource() -> ApiResource {
-    ApiResource {
-        group: "cluster.x-k8s.io".into(),
-        version: "v1beta2".into(),
-        api_version: "cluster.x-k8s.io/v1beta2".into(),
-        kind: "Cluster".into(),
-        plural: "clusters".into(),
-    }
-}
-
-/// Whether `annotations` pause reconciliation (the annotation's value does not matter, as in CAPI).
-fn has_paused_annotation(meta: &kube::api::ObjectMeta) -> bool {
-    meta.annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(ANNOTATION_PAUSED))
+    pauses: ClusterPauses,
 }
 
 async fn is_paused<R: Reconciler>(
@@ -346,6 +332,10 @@ async fn is_paused<R: Reconciler>(
     ) else {
         return Ok(false);
     };
+    // "Running" from the shared cache is final; a pause is confirmed, and an unknown Cluster read.
+    if shared.pauses.lookup(namespace, &cluster) == Pause::Running {
+        return Ok(false);
+    }
     let api: Api<DynamicObject> = Api::namespaced_with(
         shared.context.client.clone(),
         namespace,
@@ -358,9 +348,7 @@ async fn is_paused<R: Reconciler>(
             name: cluster.clone(),
             source,
         })?;
-    Ok(found.is_some_and(|c| {
-        has_paused_annotation(&c.metadata) || c.data["spec"]["paused"].as_bool() == Some(true)
-    }))
+    Ok(found.is_some_and(|c| cluster_is_paused(&c)))
 }
 
 async fn reconcile_once<R: Reconciler>(
@@ -551,6 +539,7 @@ async fn run_controller<R: Reconciler>(
         ),
         metrics: env.metrics.clone(),
         backoff: Backoff::default(),
+        pauses: env.pauses.clone(),
     });
     let mut controller = Controller::new(
         Api::<R::Object>::all(env.client.clone()),
@@ -560,11 +549,14 @@ async fn run_controller<R: Reconciler>(
     if reconciler.follows_cluster_pause() {
         let store = controller.store();
         let mapper = reconciler.clone();
+        let pauses = env.pauses.clone();
         controller = controller.watches_with(
             Api::<DynamicObject>::all_with(env.client.clone(), &cluster_resource()),
             cluster_resource(),
             watcher::Config::default(),
             move |cluster: DynamicObject| {
+                // Before the objects are queued: their reconciles see at least this version.
+                pauses.observe(&cluster);
                 store
                     .state()
                     .into_iter()

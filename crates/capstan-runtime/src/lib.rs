@@ -10,6 +10,7 @@
 //!   `/healthz`/`/readyz`/`/metrics` router, and typed status-condition helpers.
 //! - [`patch`]: merge patches of only the fields a controller changed (status and spec), never a
 //!   PUT of a typed object.
+//! - [`pauses`]: which Clusters are paused, for every controller of a process from one watch.
 //! - [`watches`]: triggers from the kinds an object references (by owner reference or by a label
 //!   naming it), and reflector caches for controllers that read many objects.
 //!
@@ -27,6 +28,7 @@ pub mod health;
 pub mod leader;
 pub mod metrics;
 pub mod patch;
+pub mod pauses;
 pub mod watches;
 
 pub use client::client_from_kubeconfig;
@@ -74,6 +76,8 @@ pub struct TaskEnv {
     pub identity: String,
     /// Cancelled when the task must stop.
     pub shutdown: CancellationToken,
+    /// The pause of every Cluster, shared by the tasks of one run (or leadership term).
+    pub pauses: pauses::ClusterPauses,
 }
 
 /// Something that runs until its [`TaskEnv::shutdown`] is cancelled: a controller, or a loop such
@@ -164,6 +168,7 @@ pub async fn run(
             let result = run_tasks(
                 make_tasks(),
                 TaskEnv {
+                    pauses: pauses::ClusterPauses::new(client.clone(), options.shutdown.clone()),
                     client,
                     metrics: options.metrics.clone(),
                     identity: options.identity.clone(),
@@ -184,6 +189,7 @@ pub async fn run(
                             client: client.clone(),
                             metrics: options.metrics.clone(),
                             identity: options.identity.clone(),
+                            pauses: pauses::ClusterPauses::new(client.clone(), term.clone()),
                             shutdown: term,
                         },
                     )

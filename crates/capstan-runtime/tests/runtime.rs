@@ -237,3 +237,108 @@ async fn health_router_reports_readiness_and_metrics() {
         "{text}"
     );
 }
+
+/// Polls `check` until it holds, failing after [`WAIT`].
+async fn until(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_pauses_follow_pausing_unpausing_and_deleting_a_cluster() {
+    use capstan_runtime::pauses::{ClusterPauses, Pause, cluster_resource};
+    use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams};
+    let (_dir, client) = api().await;
+    let shutdown = CancellationToken::new();
+    let clusters: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), "default", &cluster_resource());
+    let mut existing = DynamicObject::new("before", &cluster_resource()).within("default");
+    existing.data = serde_json::json!({"spec": {"paused": true}});
+    clusters
+        .create(&PostParams::default(), &existing)
+        .await
+        .unwrap();
+
+    let pauses = ClusterPauses::new(client.clone(), shutdown.clone());
+    // The first lookup starts the watch; until it has listed, nothing is known.
+    assert_eq!(pauses.lookup("default", "before"), Pause::Unknown);
+    until("the first list", || pauses.is_synced()).await;
+    assert_eq!(pauses.lookup("default", "before"), Pause::Paused);
+
+    let created = DynamicObject::new("c1", &cluster_resource()).within("default");
+    clusters
+        .create(&PostParams::default(), &created)
+        .await
+        .unwrap();
+    until("c1 running", || {
+        pauses.lookup("default", "c1") == Pause::Running
+    })
+    .await;
+
+    let patch = |value: serde_json::Value| Patch::Merge(value);
+    clusters
+        .patch(
+            "c1",
+            &PatchParams::default(),
+            &patch(serde_json::json!({"spec": {"paused": true}})),
+        )
+        .await
+        .unwrap();
+    until("c1 paused by spec", || {
+        pauses.lookup("default", "c1") == Pause::Paused
+    })
+    .await;
+    clusters
+        .patch(
+            "c1",
+            &PatchParams::default(),
+            &patch(serde_json::json!({"spec": {"paused": false}})),
+        )
+        .await
+        .unwrap();
+    until("c1 unpaused", || {
+        pauses.lookup("default", "c1") == Pause::Running
+    })
+    .await;
+    let annotated = serde_json::json!({"metadata": {"annotations": {capstan_model::meta::ANNOTATION_PAUSED: ""}}});
+    clusters
+        .patch("c1", &PatchParams::default(), &patch(annotated))
+        .await
+        .unwrap();
+    until("c1 paused by annotation", || {
+        pauses.lookup("default", "c1") == Pause::Paused
+    })
+    .await;
+    let unannotated = serde_json::json!({"metadata": {"annotations": {capstan_model::meta::ANNOTATION_PAUSED: null}}});
+    clusters
+        .patch("c1", &PatchParams::default(), &patch(unannotated))
+        .await
+        .unwrap();
+    until("c1 running again", || {
+        pauses.lookup("default", "c1") == Pause::Running
+    })
+    .await;
+    clusters
+        .delete("c1", &DeleteParams::default())
+        .await
+        .unwrap();
+    until("c1 forgotten", || {
+        pauses.lookup("default", "c1") == Pause::Unknown
+    })
+    .await;
+
+    // What a controller's trigger saw is known at once, before the cache's own watch delivers it.
+    let mut current = clusters.get("before").await.unwrap();
+    current.data["spec"]["paused"] = serde_json::json!(false);
+    let unpaused = clusters
+        .replace("before", &PostParams::default(), &current)
+        .await
+        .unwrap();
+    pauses.observe(&unpaused);
+    assert_eq!(pauses.lookup("default", "before"), Pause::Running);
+    shutdown.cancel();
+}

@@ -10,14 +10,19 @@
 //! `synchronous=FULL` in WAL mode. One writer thread applies writes in batches (group commit), so many
 //! concurrent writers share each fsync; each write in a batch runs in its own savepoint so that one
 //! failing precondition does not affect the others.
+//!
+//! Labels: `metadata.labels` of every object is kept in a label index in the object's transaction,
+//! so a list that selects by labels ([`ListQuery::labels`]) reads only the objects it selects.
 
 mod key;
+mod labels;
 pub mod limits;
 mod schema;
 mod watch;
 mod writer;
 
 pub use key::ObjectKey;
+pub use labels::LabelTerm;
 pub use watch::{EventType, WatchEvent, WatchItem, WatchStream};
 
 /// How many of a resource's newest changes [`Store::state_at`] looks through.
@@ -133,6 +138,32 @@ pub struct ListPage {
     pub items: Vec<StoredObject>,
     pub resource_version: u64,
     pub continue_after: Option<(String, String)>,
+}
+
+/// What a list reads: objects of `resource` (in `namespace`, or all namespaces), in (namespace,
+/// name) order, after the key `after`, that satisfy every label term (answered by the label index,
+/// without parsing) and then `keep` (on the parsed object), at most `limit` of them.
+pub struct ListQuery {
+    pub resource: String,
+    pub namespace: Option<String>,
+    pub after: Option<(String, String)>,
+    pub limit: Option<usize>,
+    pub labels: Vec<LabelTerm>,
+    pub keep: Option<Filter>,
+}
+
+impl ListQuery {
+    /// Every object of `resource` in `namespace` (or all namespaces).
+    pub fn new(resource: impl Into<String>, namespace: Option<String>) -> Self {
+        Self {
+            resource: resource.into(),
+            namespace,
+            after: None,
+            limit: None,
+            labels: Vec::new(),
+            keep: None,
+        }
+    }
 }
 
 /// Tuning of a store.
@@ -361,6 +392,28 @@ impl Store {
         limit: Option<usize>,
         keep: Option<Filter>,
     ) -> Result<ListPage, StoreError> {
+        self.query(ListQuery {
+            resource,
+            namespace,
+            after,
+            limit,
+            labels: Vec::new(),
+            keep,
+        })
+        .await
+    }
+
+    /// Lists what `query` selects: see [`ListQuery`]. Objects are parsed only when the query has a
+    /// [`ListQuery::keep`] filter, and then only those that satisfy its label terms.
+    pub async fn query(&self, query: ListQuery) -> Result<ListPage, StoreError> {
+        let ListQuery {
+            resource,
+            namespace,
+            after,
+            limit,
+            labels,
+            keep,
+        } = query;
         let undecodable = self.inner.undecodable.clone();
         self.read(move |conn| {
             let skipped = undecodable
@@ -375,12 +428,14 @@ impl Store {
             let tx = conn.unchecked_transaction()?;
             let head: u64 = schema::read_meta(&tx, "head")?;
             let (after_ns, after_name) = after.unwrap_or_default();
-            let mut stmt = tx.prepare_cached(
-                "SELECT namespace, name, rv, value FROM objects
-                 WHERE resource = ?1 AND (?2 IS NULL OR namespace = ?2) AND (namespace, name) > (?3, ?4)
-                 ORDER BY namespace, name",
-            )?;
-            let mut rows = stmt.query(params![resource, namespace, after_ns, after_name])?;
+            let sql = labels::list_sql(
+                &resource,
+                namespace.as_deref(),
+                (&after_ns, &after_name),
+                &labels,
+            );
+            let mut stmt = tx.prepare_cached(&sql.text)?;
+            let mut rows = stmt.query(rusqlite::params_from_iter(sql.params))?;
             let mut items = Vec::new();
             let mut continue_after = None;
             while let Some(row) = rows.next()? {

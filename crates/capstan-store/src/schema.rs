@@ -1,8 +1,9 @@
 //! The SQLite schema and connection set-up.
 //!
 //! `objects` holds the current state, `events` the change log (one row per write, in resourceVersion
-//! order), `meta` the store's counters (`head`: last resourceVersion; `compacted`: newest version no
-//! longer in the log). WAL mode lets readers proceed while the writer commits; `synchronous=FULL` makes
+//! order), `labels` the label index (one row per label of each object, written in the object's
+//! transaction; see [`crate::labels`]), `meta` the store's counters (`head`: last resourceVersion;
+//! `compacted`: newest version no longer in the log; `schema`: the layout's version). WAL mode lets readers proceed while the writer commits; `synchronous=FULL` makes
 //! a commit durable before it is acknowledged.
 
 use crate::StoreError;
@@ -28,11 +29,20 @@ CREATE TABLE IF NOT EXISTS events (
     value     TEXT    NOT NULL
 );
 CREATE INDEX IF NOT EXISTS events_by_resource ON events (resource, rv);
+CREATE TABLE IF NOT EXISTS labels (
+    resource  TEXT NOT NULL,
+    namespace TEXT NOT NULL,
+    name      TEXT NOT NULL,
+    key       TEXT NOT NULL,
+    value     TEXT NOT NULL,
+    PRIMARY KEY (resource, namespace, name, key)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS labels_by_value ON labels (resource, key, value, namespace, name);
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
     value INTEGER NOT NULL
 ) WITHOUT ROWID;
-INSERT OR IGNORE INTO meta (key, value) VALUES ('head', 0), ('compacted', 0), ('schema', 1);
+INSERT OR IGNORE INTO meta (key, value) VALUES ('head', 0), ('compacted', 0), ('schema', 2);
 ";
 
 fn configure(conn: &Connection) -> Result<(), StoreError> {
@@ -41,13 +51,27 @@ fn configure(conn: &Connection) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// The one read-write connection, owned by the writer thread.
+/// The layout version this code writes: 2 added the label index.
+const SCHEMA: u64 = 2;
+
+/// The one read-write connection, owned by the writer thread. A store of an older layout is brought
+/// up to date in one transaction (the label index is filled from the stored objects).
 pub(crate) fn open_writer(path: &Path) -> Result<Connection, StoreError> {
-    let conn = Connection::open(path)?;
+    let mut conn = Connection::open(path)?;
     configure(&conn)?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.execute_batch(DDL)?;
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    if read_meta(&tx, "schema")? < SCHEMA {
+        let indexed = crate::labels::fill(&tx)?;
+        tx.execute(
+            "UPDATE meta SET value = ?1 WHERE key = 'schema'",
+            [i64::try_from(SCHEMA).unwrap_or(i64::MAX)],
+        )?;
+        tracing::info!(objects = indexed, "the store's label index was built");
+    }
+    tx.commit()?;
     Ok(conn)
 }
 

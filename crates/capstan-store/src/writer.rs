@@ -1,5 +1,7 @@
 //! The single writer: applies writes in batches, one transaction per batch (group commit), one
 //! savepoint per write, then acknowledges and publishes the committed changes in resourceVersion order.
+//! An object's label index rows are written in its savepoint, so the index never disagrees with the
+//! objects a reader sees.
 
 use crate::watch::{EventType, WatchEvent};
 use crate::{ObjectKey, StoreError, StoredObject};
@@ -240,6 +242,7 @@ fn apply_one(conn: &Connection, op: &Op, rv: u64) -> WriteOutcome {
                 "INSERT INTO objects (resource, namespace, name, rv, value) VALUES (?1, ?2, ?3, ?4, ?5)",
                 params![key.resource, key.namespace, key.name, to_sql(rv), json],
             )?;
+            crate::labels::write(conn, key, &crate::labels::labels_of(value))?;
             (key, EventType::Added, json)
         }
         Op::Update {
@@ -255,6 +258,7 @@ fn apply_one(conn: &Connection, op: &Op, rv: u64) -> WriteOutcome {
                 "UPDATE objects SET rv = ?4, value = ?5 WHERE resource = ?1 AND namespace = ?2 AND name = ?3",
                 params![key.resource, key.namespace, key.name, to_sql(rv), json],
             )?;
+            crate::labels::write(conn, key, &crate::labels::labels_of(value))?;
             (key, EventType::Modified, json)
         }
         Op::Delete { key, expected } => {
@@ -265,6 +269,7 @@ fn apply_one(conn: &Connection, op: &Op, rv: u64) -> WriteOutcome {
                 "DELETE FROM objects WHERE resource = ?1 AND namespace = ?2 AND name = ?3",
                 params![key.resource, key.namespace, key.name],
             )?;
+            crate::labels::remove(conn, key)?;
             let json = tombstone(key, &old, rv)?;
             (key, EventType::Deleted, json)
         }
@@ -278,6 +283,7 @@ fn apply_one(conn: &Connection, op: &Op, rv: u64) -> WriteOutcome {
                 "DELETE FROM objects WHERE resource = ?1 AND namespace = ?2 AND name = ?3",
                 params![key.resource, key.namespace, key.name],
             )?;
+            crate::labels::remove(conn, key)?;
             let json = tombstone(key, &old, rv)?;
             (key, EventType::Deleted, json)
         }

@@ -507,3 +507,271 @@ async fn the_change_log_tells_what_an_object_was_at_a_version() {
         capstan_store::PastState::Unknown
     );
 }
+
+mod label_index {
+    //! Lists by label terms against a reference matcher, for every term form, alone and in pairs,
+    //! paged and whole, after creates, label-changing updates and deletes.
+    use super::*;
+    use capstan_store::{LabelTerm, ListQuery};
+    use std::collections::BTreeMap;
+
+    const RESOURCE: &str = "cluster.x-k8s.io/machines";
+
+    /// Deterministic labels for object `i`: each of `a`, `b`, `c` missing or one of three values
+    /// (the empty value among them), plus a label that is not a string.
+    fn labels_for(i: usize, salt: usize) -> serde_json::Map<String, serde_json::Value> {
+        let mut labels = serde_json::Map::new();
+        for (n, key) in ["a", "b", "c"].into_iter().enumerate() {
+            match (i / 4_usize.pow(n as u32) + salt) % 4 {
+                0 => {}
+                1 => {
+                    labels.insert(key.into(), "1".into());
+                }
+                2 => {
+                    labels.insert(key.into(), "2".into());
+                }
+                _ => {
+                    labels.insert(key.into(), "".into());
+                }
+            }
+        }
+        if i.is_multiple_of(5) {
+            labels.insert("n".into(), json!(7));
+        }
+        labels
+    }
+
+    fn string_labels(object: &serde_json::Value) -> BTreeMap<String, String> {
+        object["metadata"]["labels"]
+            .as_object()
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn holds(term: &LabelTerm, labels: &BTreeMap<String, String>) -> bool {
+        match term {
+            LabelTerm::Equals(k, v) => labels.get(k) == Some(v),
+            LabelTerm::NotEquals(k, v) => labels.get(k) != Some(v),
+            LabelTerm::In(k, vs) => labels.get(k).is_some_and(|l| vs.contains(l)),
+            LabelTerm::NotIn(k, vs) => labels.get(k).is_none_or(|l| !vs.contains(l)),
+            LabelTerm::Exists(k) => labels.contains_key(k),
+            LabelTerm::DoesNotExist(k) => !labels.contains_key(k),
+        }
+    }
+
+    fn every_term() -> Vec<LabelTerm> {
+        let mut terms = Vec::new();
+        for key in ["a", "b", "n", "zz"] {
+            let k = || key.to_owned();
+            for value in ["1", "", "7"] {
+                terms.push(LabelTerm::Equals(k(), value.into()));
+                terms.push(LabelTerm::NotEquals(k(), value.into()));
+            }
+            for values in [vec![], vec!["1"], vec!["1", "2"], vec!["", "2"]] {
+                let values: Vec<String> = values.into_iter().map(str::to_owned).collect();
+                terms.push(LabelTerm::In(k(), values.clone()));
+                terms.push(LabelTerm::NotIn(k(), values));
+            }
+            terms.push(LabelTerm::Exists(k()));
+            terms.push(LabelTerm::DoesNotExist(k()));
+        }
+        terms
+    }
+
+    async fn names(
+        store: &Store,
+        namespace: Option<&str>,
+        terms: &[LabelTerm],
+        limit: Option<usize>,
+    ) -> Vec<String> {
+        let mut found = Vec::new();
+        let mut after = None;
+        loop {
+            let page = store
+                .query(ListQuery {
+                    after: after.take(),
+                    limit,
+                    labels: terms.to_vec(),
+                    ..ListQuery::new(RESOURCE, namespace.map(str::to_owned))
+                })
+                .await
+                .unwrap();
+            found.extend(
+                page.items
+                    .iter()
+                    .map(|o| format!("{}/{}", o.key.namespace, o.key.name)),
+            );
+            match page.continue_after {
+                Some(next) => after = Some(next),
+                None => return found,
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn label_terms_select_as_the_reference_matcher_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir);
+        let mut current = BTreeMap::new();
+        for i in 0..64 {
+            let namespace = if i % 3 == 0 { "other" } else { "default" };
+            let name = format!("m{i:02}");
+            let object = json!({"metadata": {"name": name, "namespace": namespace, "labels": labels_for(i, 0)}});
+            let key = ObjectKey::new(RESOURCE, namespace, &name);
+            store.create(key.clone(), object.clone()).await.unwrap();
+            current.insert(key, object);
+        }
+        // Another kind with the same labels must never appear.
+        for i in 0..8 {
+            let name = format!("m{i:02}");
+            store
+                .create(
+                    ObjectKey::new("/configmaps", "default", &name),
+                    json!({"metadata": {"name": name, "labels": labels_for(i, 0)}}),
+                )
+                .await
+                .unwrap();
+        }
+        // Labels change on some updates, stay on others; some objects go.
+        let keys: Vec<ObjectKey> = current.keys().cloned().collect();
+        for (n, key) in keys.iter().enumerate() {
+            match n % 4 {
+                0 => {
+                    let object = json!({"metadata": {"name": key.name, "namespace": key.namespace, "labels": labels_for(n, 1)}});
+                    store
+                        .update(key.clone(), object.clone(), None)
+                        .await
+                        .unwrap();
+                    current.insert(key.clone(), object);
+                }
+                1 => {
+                    let mut object = current[key].clone();
+                    object["spec"] = json!({"n": n});
+                    store
+                        .update(key.clone(), object.clone(), None)
+                        .await
+                        .unwrap();
+                    current.insert(key.clone(), object);
+                }
+                2 if n % 8 == 2 => {
+                    store.delete(key.clone(), None).await.unwrap();
+                    current.remove(key);
+                }
+                _ => {
+                    let object =
+                        json!({"metadata": {"name": key.name, "namespace": key.namespace}});
+                    store
+                        .update(key.clone(), object.clone(), None)
+                        .await
+                        .unwrap();
+                    current.insert(key.clone(), object);
+                }
+            }
+        }
+        let terms = every_term();
+        let mut selections: Vec<Vec<LabelTerm>> = vec![vec![]];
+        selections.extend(terms.iter().map(|t| vec![t.clone()]));
+        for (i, first) in terms.iter().enumerate() {
+            // Pairs with every term of another key, and a driver after a negative term.
+            for second in terms.iter().skip(i % 7).step_by(7) {
+                selections.push(vec![first.clone(), second.clone()]);
+            }
+        }
+        for terms in &selections {
+            for namespace in [None, Some("default")] {
+                let expected: Vec<String> = current
+                    .iter()
+                    .filter(|(k, _)| namespace.is_none_or(|n| k.namespace == n))
+                    .filter(|(_, o)| terms.iter().all(|t| holds(t, &string_labels(o))))
+                    .map(|(k, _)| format!("{}/{}", k.namespace, k.name))
+                    .collect();
+                assert_eq!(
+                    names(&store, namespace, terms, None).await,
+                    expected,
+                    "{terms:?} in {namespace:?}"
+                );
+                assert_eq!(
+                    names(&store, namespace, terms, Some(3)).await,
+                    expected,
+                    "{terms:?} in {namespace:?}, pages of 3"
+                );
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_filter_sees_only_what_the_label_terms_selected() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir);
+        for i in 0..10 {
+            let name = format!("m{i}");
+            store
+                .create(
+                    ObjectKey::new(RESOURCE, "default", &name),
+                    json!({"metadata": {"name": name, "labels": {"even": (i % 2 == 0).to_string()}}, "spec": {"n": i}}),
+                )
+                .await
+                .unwrap();
+        }
+        let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = seen.clone();
+        let page = store
+            .query(ListQuery {
+                labels: vec![LabelTerm::Equals("even".into(), "true".into())],
+                keep: Some(Box::new(move |v: &serde_json::Value| {
+                    counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    v["spec"]["n"].as_u64().is_some_and(|n| n < 6)
+                })),
+                ..ListQuery::new(RESOURCE, None)
+            })
+            .await
+            .unwrap();
+        let names: Vec<&str> = page.items.iter().map(|o| o.key.name.as_str()).collect();
+        assert_eq!(names, ["m0", "m2", "m4"]);
+        assert_eq!(
+            seen.load(std::sync::atomic::Ordering::Relaxed),
+            5,
+            "only the selected objects are parsed"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_store_written_before_the_index_gets_it_filled_on_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        {
+            let store = Store::open(&path, StoreOptions::default()).unwrap();
+            for i in 0..6 {
+                let name = format!("m{i}");
+                store
+                    .create(
+                        ObjectKey::new(RESOURCE, "default", &name),
+                        json!({"metadata": {"name": name, "labels": {"group": (i % 3).to_string()}}}),
+                    )
+                    .await
+                    .unwrap();
+            }
+        }
+        // What an older capstan left: objects, no index rows, layout 1.
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.busy_timeout(Duration::from_secs(10)).unwrap();
+        conn.execute("DELETE FROM labels", []).unwrap();
+        conn.execute("UPDATE meta SET value = 1 WHERE key = 'schema'", [])
+            .unwrap();
+        drop(conn);
+        let store = Store::open(&path, StoreOptions::default()).unwrap();
+        let page = store
+            .query(ListQuery {
+                labels: vec![LabelTerm::Equals("group".into(), "1".into())],
+                ..ListQuery::new(RESOURCE, None)
+            })
+            .await
+            .unwrap();
+        let names: Vec<&str> = page.items.iter().map(|o| o.key.name.as_str()).collect();
+        assert_eq!(names, ["m1", "m4"]);
+    }
+}
