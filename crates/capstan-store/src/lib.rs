@@ -512,6 +512,11 @@ impl Store {
         watch::start(self.clone(), resource, namespace, after, bookmarks)
     }
 
+    /// Read connections open and idle in the pool (for metrics and tests).
+    pub fn idle_read_connections(&self) -> usize {
+        self.inner.readers.lock().map_or(0, |pool| pool.len())
+    }
+
     /// What `key` was at resourceVersion `at`, as far as the change log tells: the last value written
     /// at or before `at` within the newest [`PAST_STATE_SCAN`] changes of its resource. A watch that
     /// resumes with a selector needs this to know whether the client had the object.
