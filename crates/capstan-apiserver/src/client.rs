@@ -60,6 +60,8 @@ mod tests {
         let maps: Api<ConfigMap> = Api::default_namespaced(in_process_client(server.router()));
         let mut map = ConfigMap::default();
         map.metadata.name = Some("m".into());
+        // A field to own: a name alone is not tracked.
+        map.data = Some([("k".to_owned(), "v".to_owned())].into());
         let created = maps.create(&PostParams::default(), &map).await?;
         let managers: Vec<String> = created
             .metadata
