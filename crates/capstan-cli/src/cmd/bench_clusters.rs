@@ -187,23 +187,28 @@ fn cluster_objects(c: usize, workers: usize) -> Vec<Value> {
 }
 
 /// Creates `objects` with up to 32 requests in flight.
+/// Creates `object` (a manifest with `apiVersion` and `kind`); answers it as stored.
+pub(super) async fn create_one(
+    client: &kube::Client,
+    object: Value,
+) -> anyhow::Result<DynamicObject> {
+    let api_version = object["apiVersion"].as_str().unwrap_or_default().to_owned();
+    let kind = object["kind"].as_str().unwrap_or_default().to_owned();
+    let object: DynamicObject = serde_json::from_value(object)?;
+    api(client, &api_version, &kind)
+        .create(&PostParams::default(), &object)
+        .await
+        .with_context(|| {
+            format!(
+                "creating {kind} {}",
+                object.metadata.name.clone().unwrap_or_default()
+            )
+        })
+}
+
 pub(super) async fn create_all(client: &kube::Client, objects: Vec<Value>) -> anyhow::Result<()> {
     futures::stream::iter(objects)
-        .map(|object| async move {
-            let api_version = object["apiVersion"].as_str().unwrap_or_default().to_owned();
-            let kind = object["kind"].as_str().unwrap_or_default().to_owned();
-            let object: DynamicObject = serde_json::from_value(object)?;
-            api(client, &api_version, &kind)
-                .create(&PostParams::default(), &object)
-                .await
-                .with_context(|| {
-                    format!(
-                        "creating {kind} {}",
-                        object.metadata.name.clone().unwrap_or_default()
-                    )
-                })?;
-            Ok::<_, anyhow::Error>(())
-        })
+        .map(|object| async move { create_one(client, object).await.map(drop) })
         .buffer_unordered(32)
         .try_collect::<Vec<()>>()
         .await?;

@@ -14,10 +14,10 @@
 //! the domain defined and started — measured one VM at a time from creating its KVMMachine to
 //! `initialization.provisioned`, then deleted (domain and volumes removed) one at a time.
 
-use super::bench_clusters::{Counters, api, create_all, follow, status_field};
+use super::bench_clusters::{Counters, api, create_all, create_one, follow, status_field};
 use crate::output::{Exit, outln};
 use anyhow::{Context, bail};
-use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::api::{DeleteParams, DynamicObject, ListParams};
 use serde::Serialize;
 use serde_json::{Value, json};
 use sha2::Digest;
@@ -301,16 +301,6 @@ async fn gone(kind: &str, api: &kube::Api<DynamicObject>, timeout: Duration) -> 
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-async fn create_one(client: &kube::Client, object: Value) -> anyhow::Result<DynamicObject> {
-    let api_version = object["apiVersion"].as_str().unwrap_or_default().to_owned();
-    let kind = object["kind"].as_str().unwrap_or_default().to_owned();
-    let object: DynamicObject = serde_json::from_value(object)?;
-    api(client, &api_version, &kind)
-        .create(&PostParams::default(), &object)
-        .await
-        .with_context(|| format!("creating {kind}"))
 }
 
 async fn bench_real(args: &Args, uri: &str, data_dir: &Path) -> anyhow::Result<RealFigures> {
