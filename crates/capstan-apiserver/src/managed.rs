@@ -1000,4 +1000,376 @@ mod tests {
         assert!(is_reset(&json!({"metadata": {"managedFields": [{}]}})));
         assert!(!is_reset(&json!({"metadata": {}})));
     }
+
+    /// A custom kind whose schema marks structs and lists atomic or granular, as CRDs do.
+    fn marked_kind() -> One {
+        static SCHEMA: OnceLock<Schema> = OnceLock::new();
+        let schema = SCHEMA.get_or_init(|| {
+            let reference = json!({"type": "object", "x-kubernetes-map-type": "atomic",
+                "properties": {"kind": {"type": "string"}, "name": {"type": "string"}, "namespace": {"type": "string"}}});
+            Schema::from_value(&json!({"type": "object", "properties": {
+                "apiVersion": {"type": "string"}, "kind": {"type": "string"},
+                "metadata": {"type": "object"},
+                "spec": {"type": "object", "properties": {
+                    "ref": reference,
+                    "granularRef": {"type": "object", "x-kubernetes-map-type": "granular",
+                        "properties": {"kind": {"type": "string"}, "name": {"type": "string"}}},
+                    "labels": {"type": "object", "x-kubernetes-map-type": "atomic",
+                        "additionalProperties": {"type": "string"}},
+                    "args": {"type": "array", "x-kubernetes-list-type": "atomic", "items": {"type": "string"}},
+                    "tags": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}},
+                    "targets": {"type": "array", "x-kubernetes-list-type": "map",
+                        "x-kubernetes-list-map-keys": ["name"],
+                        "items": {"type": "object", "properties": {
+                            "name": {"type": "string"}, "ref": reference}}},
+                }},
+            }}))
+            .unwrap()
+        });
+        One {
+            schema: Some(schema),
+            builtin: false,
+        }
+    }
+
+    fn custom(spec: Value) -> Value {
+        json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": spec})
+    }
+
+    /// One step of a case: an apply (optionally forced) or an update by a manager.
+    enum Step {
+        Apply(&'static str, Value),
+        Force(&'static str, Value),
+        Update(&'static str, Value),
+    }
+
+    /// What a case expects: the conflict message of its last step (none: it succeeds), the
+    /// object's `spec` after every step, and managers' field sets.
+    struct Case {
+        name: &'static str,
+        versions: fn() -> One,
+        wrap: fn(Value) -> Value,
+        steps: Vec<Step>,
+        conflict: Option<&'static str>,
+        spec: Value,
+        owners: Vec<(&'static str, Value)>,
+    }
+
+    fn run(case: Case) {
+        let v = (case.versions)();
+        let mut o = Object::new();
+        let last = case.steps.len() - 1;
+        for (i, step) in case.steps.into_iter().enumerate() {
+            let result = match step {
+                Step::Apply(m, spec) => o.apply(&v, m, (case.wrap)(spec), false),
+                Step::Force(m, spec) => o.apply(&v, m, (case.wrap)(spec), true),
+                Step::Update(m, spec) => {
+                    let mut new = o.value.clone().unwrap_or_else(|| (case.wrap)(json!({})));
+                    new["spec"] = spec;
+                    o.update(&v, m, new);
+                    Ok(())
+                }
+            };
+            match (result, i == last, case.conflict) {
+                (Err(c), true, Some(want)) => assert_eq!(c.message(), want, "{}", case.name),
+                (Err(c), _, _) => panic!("{}: step {i}: {}", case.name, c.message()),
+                (Ok(()), true, Some(want)) => panic!("{}: expected conflict {want}", case.name),
+                (Ok(()), _, _) => {}
+            }
+        }
+        assert_eq!(
+            o.value.as_ref().unwrap()["spec"],
+            case.spec,
+            "{}",
+            case.name
+        );
+        for (manager, fields) in case.owners {
+            assert_eq!(o.owner(manager), fields, "{}: {manager}", case.name);
+        }
+    }
+
+    /// Atomic structs, maps and lists as structured-merge-diff specifies them: owned as one
+    /// field, replaced as a whole by an apply, conflicting as a whole; granular ones field by
+    /// field. Built-in kinds take the markers Kubernetes' types carry (`LabelSelector`,
+    /// `nodeSelector`, `secretKeyRef` …), custom kinds those of their schema.
+    #[test]
+    fn atomic_and_granular_values_follow_structured_merge_diff() {
+        let cases = vec![
+            Case {
+                name: "an atomic struct is owned as one field",
+                versions: marked_kind,
+                wrap: custom,
+                steps: vec![Step::Apply("a", json!({"ref": {"kind": "K", "name": "n"}}))],
+                conflict: None,
+                spec: json!({"ref": {"kind": "K", "name": "n"}}),
+                owners: vec![("a", json!({"f:spec": {"f:ref": {}}}))],
+            },
+            Case {
+                name: "a granular struct is owned field by field",
+                versions: marked_kind,
+                wrap: custom,
+                steps: vec![Step::Apply(
+                    "a",
+                    json!({"granularRef": {"kind": "K", "name": "n"}}),
+                )],
+                conflict: None,
+                spec: json!({"granularRef": {"kind": "K", "name": "n"}}),
+                owners: vec![(
+                    "a",
+                    json!({"f:spec": {"f:granularRef": {"f:kind": {}, "f:name": {}}}}),
+                )],
+            },
+            Case {
+                name: "a smaller atomic struct replaces the live one",
+                versions: marked_kind,
+                wrap: custom,
+                steps: vec![
+                    Step::Apply(
+                        "a",
+                        json!({"ref": {"kind": "K", "name": "n", "namespace": "x"}}),
+                    ),
+                    Step::Apply("a", json!({"ref": {"name": "m"}})),
+                ],
+                conflict: None,
+                spec: json!({"ref": {"name": "m"}}),
+                owners: vec![("a", json!({"f:spec": {"f:ref": {}}}))],
+            },
+            Case {
+                name: "a field another manager set inside an atomic struct goes with the next apply's value",
+                versions: marked_kind,
+                wrap: custom,
+                steps: vec![
+                    Step::Apply("a", json!({"ref": {"kind": "K", "name": "n"}})),
+                    Step::Force(
+                        "b",
+                        json!({"ref": {"kind": "K", "name": "n", "namespace": "x"}}),
+                    ),
+                    Step::Force("a", json!({"ref": {"kind": "K", "name": "n"}})),
+                ],
+                conflict: None,
+                spec: json!({"ref": {"kind": "K", "name": "n"}}),
+                owners: vec![("a", json!({"f:spec": {"f:ref": {}}})), ("b", Value::Null)],
+            },
+            Case {
+                name: "changing one leaf of another applier's atomic struct conflicts on the struct",
+                versions: marked_kind,
+                wrap: custom,
+                steps: vec![
+                    Step::Apply("a", json!({"ref": {"kind": "K", "name": "n"}})),
+                    Step::Apply("b", json!({"ref": {"kind": "K", "name": "other"}})),
+                ],
+                conflict: Some("Apply failed with 1 conflict: conflict with \"a\": .spec.ref"),
+                spec: json!({"ref": {"kind": "K", "name": "n"}}),
+                owners: vec![("a", json!({"f:spec": {"f:ref": {}}}))],
+            },
+            Case {
+                name: "adding a leaf to another applier's atomic struct conflicts (granular would not)",
+                versions: marked_kind,
+                wrap: custom,
+                steps: vec![
+                    Step::Apply("a", json!({"ref": {"name": "n"}})),
+                    Step::Apply("b", json!({"ref": {"name": "n", "namespace": "x"}})),
+                ],
+                conflict: Some("Apply failed with 1 conflict: conflict with \"a\": .spec.ref"),
+                spec: json!({"ref": {"name": "n"}}),
+                owners: vec![],
+            },
+            Case {
+                name: "adding a leaf to another applier's granular struct does not conflict",
+                versions: marked_kind,
+                wrap: custom,
+                steps: vec![
+                    Step::Apply("a", json!({"granularRef": {"name": "n"}})),
+                    Step::Apply("b", json!({"granularRef": {"name": "n", "kind": "K"}})),
+                ],
+                conflict: None,
+                spec: json!({"granularRef": {"name": "n", "kind": "K"}}),
+                owners: vec![
+                    ("a", json!({"f:spec": {"f:granularRef": {"f:name": {}}}})),
+                    (
+                        "b",
+                        json!({"f:spec": {"f:granularRef": {"f:kind": {}, "f:name": {}}}}),
+                    ),
+                ],
+            },
+            Case {
+                name: "the same atomic value is shared ownership",
+                versions: marked_kind,
+                wrap: custom,
+                steps: vec![
+                    Step::Apply("a", json!({"ref": {"kind": "K", "name": "n"}})),
+                    Step::Apply("b", json!({"ref": {"kind": "K", "name": "n"}})),
+                    Step::Apply("a", json!({})),
+                ],
+                conflict: None,
+                spec: json!({"ref": {"kind": "K", "name": "n"}}),
+                owners: vec![("b", json!({"f:spec": {"f:ref": {}}}))],
+            },
+            Case {
+                name: "an atomic struct its only applier drops is removed",
+                versions: marked_kind,
+                wrap: custom,
+                steps: vec![
+                    Step::Apply(
+                        "a",
+                        json!({"ref": {"kind": "K", "name": "n"}, "tags": ["t"]}),
+                    ),
+                    Step::Apply("a", json!({"tags": ["t"]})),
+                ],
+                conflict: None,
+                spec: json!({"tags": ["t"]}),
+                owners: vec![("a", json!({"f:spec": {"f:tags": {"v:\"t\"": {}}}}))],
+            },
+            Case {
+                name: "an update inside an atomic struct takes the whole struct",
+                versions: marked_kind,
+                wrap: custom,
+                steps: vec![
+                    Step::Apply("a", json!({"ref": {"kind": "K", "name": "n"}})),
+                    Step::Update(
+                        "editor",
+                        json!({"ref": {"kind": "K", "name": "n", "namespace": "x"}}),
+                    ),
+                    Step::Apply("a", json!({"ref": {"kind": "K", "name": "n"}})),
+                ],
+                conflict: Some(
+                    "Apply failed with 1 conflict: conflict with \"editor\" using v1: .spec.ref",
+                ),
+                spec: json!({"ref": {"kind": "K", "name": "n", "namespace": "x"}}),
+                owners: vec![
+                    ("a", Value::Null),
+                    ("editor", json!({"f:spec": {"f:ref": {}}})),
+                ],
+            },
+            Case {
+                name: "an atomic map is one field, replaced as a whole",
+                versions: marked_kind,
+                wrap: custom,
+                steps: vec![
+                    Step::Apply("a", json!({"labels": {"x": "1", "y": "2"}})),
+                    Step::Apply("a", json!({"labels": {"z": "3"}})),
+                ],
+                conflict: None,
+                spec: json!({"labels": {"z": "3"}}),
+                owners: vec![("a", json!({"f:spec": {"f:labels": {}}}))],
+            },
+            Case {
+                name: "an atomic list is one field; a set is item by item",
+                versions: marked_kind,
+                wrap: custom,
+                steps: vec![
+                    Step::Apply("a", json!({"args": ["x", "y"], "tags": ["x"]})),
+                    Step::Apply("b", json!({"tags": ["y"]})),
+                ],
+                conflict: None,
+                spec: json!({"args": ["x", "y"], "tags": ["x", "y"]}),
+                owners: vec![
+                    (
+                        "a",
+                        json!({"f:spec": {"f:args": {}, "f:tags": {"v:\"x\"": {}}}}),
+                    ),
+                    ("b", json!({"f:spec": {"f:tags": {"v:\"y\"": {}}}})),
+                ],
+            },
+            Case {
+                name: "changing another applier's atomic list conflicts on the list",
+                versions: marked_kind,
+                wrap: custom,
+                steps: vec![
+                    Step::Apply("a", json!({"args": ["x", "y"]})),
+                    Step::Apply("b", json!({"args": ["x"]})),
+                ],
+                conflict: Some("Apply failed with 1 conflict: conflict with \"a\": .spec.args"),
+                spec: json!({"args": ["x", "y"]}),
+                owners: vec![],
+            },
+            Case {
+                name: "an atomic struct inside an associative list item",
+                versions: marked_kind,
+                wrap: custom,
+                steps: vec![
+                    Step::Apply(
+                        "a",
+                        json!({"targets": [{"name": "t", "ref": {"kind": "K", "name": "n"}}]}),
+                    ),
+                    Step::Apply(
+                        "a",
+                        json!({"targets": [{"name": "t", "ref": {"name": "m"}}]}),
+                    ),
+                ],
+                conflict: None,
+                spec: json!({"targets": [{"name": "t", "ref": {"name": "m"}}]}),
+                owners: vec![(
+                    "a",
+                    json!({"f:spec": {"f:targets": {"k:{\"name\":\"t\"}": {".": {}, "f:name": {}, "f:ref": {}}}}}),
+                )],
+            },
+            Case {
+                name: "a Deployment's label selector is atomic, its template's labels granular",
+                versions: deployment,
+                wrap: dep,
+                steps: vec![
+                    Step::Apply(
+                        "a",
+                        json!({"selector": {"matchLabels": {"app": "x"}, "matchExpressions": [{"key": "k", "operator": "Exists"}]},
+                        "template": {"metadata": {"labels": {"app": "x"}}}}),
+                    ),
+                    Step::Apply(
+                        "a",
+                        json!({"selector": {"matchLabels": {"app": "x"}},
+                        "template": {"metadata": {"labels": {"app": "x"}}}}),
+                    ),
+                ],
+                conflict: None,
+                spec: json!({"selector": {"matchLabels": {"app": "x"}}, "template": {"metadata": {"labels": {"app": "x"}}}}),
+                owners: vec![(
+                    "a",
+                    json!({"f:spec": {"f:selector": {}, "f:template": {"f:metadata": {"f:labels": {"f:app": {}}}}}}),
+                )],
+            },
+            Case {
+                name: "another applier's selector labels conflict on the selector",
+                versions: deployment,
+                wrap: dep,
+                steps: vec![
+                    Step::Apply("a", json!({"selector": {"matchLabels": {"app": "x"}}})),
+                    Step::Apply(
+                        "b",
+                        json!({"selector": {"matchLabels": {"app": "x", "tier": "y"}}}),
+                    ),
+                ],
+                conflict: Some("Apply failed with 1 conflict: conflict with \"a\": .spec.selector"),
+                spec: json!({"selector": {"matchLabels": {"app": "x"}}}),
+                owners: vec![],
+            },
+            Case {
+                name: "a Pod template's nodeSelector and secretKeyRef are atomic",
+                versions: deployment,
+                wrap: dep,
+                steps: vec![
+                    Step::Apply(
+                        "a",
+                        json!({"template": {"spec": {"nodeSelector": {"zone": "a", "disk": "ssd"},
+                        "containers": [{"name": "c", "env": [{"name": "E", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k", "optional": true}}}]}]}}}),
+                    ),
+                    Step::Apply(
+                        "a",
+                        json!({"template": {"spec": {"nodeSelector": {"zone": "b"},
+                        "containers": [{"name": "c", "env": [{"name": "E", "valueFrom": {"secretKeyRef": {"name": "t", "key": "k"}}}]}]}}}),
+                    ),
+                ],
+                conflict: None,
+                spec: json!({"template": {"spec": {"nodeSelector": {"zone": "b"},
+                    "containers": [{"name": "c", "env": [{"name": "E", "valueFrom": {"secretKeyRef": {"name": "t", "key": "k"}}}]}]}}}),
+                owners: vec![(
+                    "a",
+                    json!({"f:spec": {"f:template": {"f:spec": {"f:nodeSelector": {}, "f:containers": {"k:{\"name\":\"c\"}": {
+                        ".": {}, "f:name": {}, "f:env": {"k:{\"name\":\"E\"}": {".": {}, "f:name": {}, "f:valueFrom": {"f:secretKeyRef": {}}}}}}}}}}),
+                )],
+            },
+        ];
+        for case in cases {
+            run(case);
+        }
+    }
 }

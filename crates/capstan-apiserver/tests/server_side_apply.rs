@@ -481,3 +481,74 @@ fn apply_requests_are_checked_as_kube_apiserver_does() {
         "{object}"
     );
 }
+
+/// A Service's `selector` is an atomic map in Kubernetes' types: kubectl's server-side apply owns
+/// it as one field, a smaller selector replaces it, and another manager's change to any of its
+/// keys conflicts on `.spec.selector` itself.
+#[test]
+fn atomic_fields_are_owned_and_replaced_as_a_whole_with_kubectl() {
+    let bin = Path::new("kubectl");
+    let server = start();
+    let service = |selector: Value| {
+        json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"selector": selector, "ports": [{"port": 80}]},
+        })
+        .to_string()
+    };
+    let apply = |manager: &str, manifest: String, force: bool| {
+        let mut args = vec![
+            "apply",
+            "--server-side",
+            "--field-manager",
+            manager,
+            "-f",
+            "-",
+        ];
+        if force {
+            args.push("--force-conflicts");
+        }
+        run(bin, &server, &args, Some(&manifest))
+    };
+    let (applied, _, stderr) = apply(
+        "app-team",
+        service(json!({"app": "web", "tier": "front"})),
+        false,
+    );
+    assert!(applied, "{stderr}");
+    let object = get_json(bin, &server, &["service", "web"]);
+    assert_eq!(
+        owned(&object, "app-team", "Apply")["f:spec"]["f:selector"],
+        json!({})
+    );
+    // A smaller selector replaces the whole map.
+    let (applied, _, stderr) = apply("app-team", service(json!({"app": "web"})), false);
+    assert!(applied, "{stderr}");
+    let object = get_json(bin, &server, &["service", "web"]);
+    assert_eq!(object["spec"]["selector"], json!({"app": "web"}));
+    // Adding a key is a change to the selector another manager owns.
+    let (applied, _, stderr) = apply("mesh", service(json!({"app": "web", "mesh": "on"})), false);
+    assert!(!applied);
+    assert!(
+        stderr.contains("conflict with \"app-team\": .spec.selector"),
+        "{stderr}"
+    );
+    let (applied, _, stderr) = apply("mesh", service(json!({"app": "web", "mesh": "on"})), true);
+    assert!(applied, "{stderr}");
+    let object = get_json(bin, &server, &["service", "web"]);
+    assert_eq!(
+        object["spec"]["selector"],
+        json!({"app": "web", "mesh": "on"})
+    );
+    assert_eq!(
+        owned(&object, "mesh", "Apply")["f:spec"]["f:selector"],
+        json!({})
+    );
+    assert!(
+        owned(&object, "app-team", "Apply")["f:spec"]
+            .get("f:selector")
+            .is_none(),
+        "{object}"
+    );
+}
