@@ -26,6 +26,9 @@ use std::collections::BTreeMap;
 pub const MASTERS_GROUP: &str = "system:masters";
 /// The group of every authenticated user.
 pub const AUTHENTICATED_GROUP: &str = "system:authenticated";
+/// The user and group of requests without credentials.
+pub const ANONYMOUS_USER: &str = "system:anonymous";
+pub const UNAUTHENTICATED_GROUP: &str = "system:unauthenticated";
 /// The group of every bootstrap-token user.
 pub const BOOTSTRAPPERS_GROUP: &str = "system:bootstrappers";
 /// The user of the admin token.
@@ -50,6 +53,16 @@ impl UserInfo {
         Self {
             username: username.into(),
             groups,
+            ..Self::default()
+        }
+    }
+
+    /// The user of a request without credentials: `system:anonymous` in `system:unauthenticated`
+    /// only (never `system:authenticated`).
+    pub fn anonymous() -> Self {
+        Self {
+            username: ANONYMOUS_USER.to_owned(),
+            groups: vec![UNAUTHENTICATED_GROUP.to_owned()],
             ..Self::default()
         }
     }

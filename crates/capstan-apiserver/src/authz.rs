@@ -1034,7 +1034,10 @@ pub fn default_policy() -> Vec<Value> {
         cluster_role_binding(
             "system:public-info-viewer",
             "system:public-info-viewer",
-            &[crate::authn::AUTHENTICATED_GROUP, "system:unauthenticated"],
+            &[
+                crate::authn::AUTHENTICATED_GROUP,
+                crate::authn::UNAUTHENTICATED_GROUP,
+            ],
         ),
         cluster_role_binding(
             "system:monitoring",

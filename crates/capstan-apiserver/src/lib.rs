@@ -116,6 +116,9 @@ pub struct ApiState {
     auth: Auth,
     /// The cluster-wide RBAC objects, cached between writes to them.
     rbac_cache: authz::ClusterPolicyCache,
+    /// Whether a request without credentials acts as `system:anonymous` (kube-apiserver's
+    /// `--anonymous-auth`, on by default) rather than getting `401`.
+    anonymous_auth: std::sync::atomic::AtomicBool,
 }
 
 impl ApiState {
@@ -205,6 +208,7 @@ impl ApiServer {
             metrics: Arc::new(Metrics::default()),
             auth,
             rbac_cache: authz::ClusterPolicyCache::default(),
+            anonymous_auth: std::sync::atomic::AtomicBool::new(true),
         });
         builtin::namespaces::spawn(Arc::downgrade(&state));
         Ok(Self { state })
@@ -268,18 +272,27 @@ impl ApiServer {
         self.state.clone()
     }
 
-    /// The HTTP routes, authentication included. `/healthz`, `/livez`, `/readyz` and `/version` are
-    /// open, as in Kubernetes; everything else needs a token or a client certificate.
+    /// Whether requests without credentials are served as user `system:anonymous` (group
+    /// `system:unauthenticated`), for RBAC to decide, as kube-apiserver does by default; when
+    /// off, they get `401` (kube-apiserver's `--anonymous-auth=false`).
+    pub fn set_anonymous_auth(&self, enabled: bool) {
+        self.state
+            .anonymous_auth
+            .store(enabled, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The HTTP routes, authentication and authorization included. `/healthz`, `/livez`,
+    /// `/readyz` and `/version` are readable by everyone (also anonymously) through the default
+    /// ClusterRole `system:public-info-viewer`, as in Kubernetes.
     pub fn router(&self) -> Router {
-        let open = Router::new()
+        Router::new()
             .route("/healthz", get(health))
             .route("/livez", get(health))
             .route("/readyz", get(ready))
             .route(
                 "/version",
                 get(|| async { axum::Json(discovery::version()) }),
-            );
-        let protected = Router::new()
+            )
             .route("/metrics", get(metrics_text))
             .route(
                 "/capstan/v1/undecodable",
@@ -299,8 +312,8 @@ impl ApiServer {
             .layer(middleware::from_fn_with_state(
                 self.state.clone(),
                 authenticate,
-            ));
-        open.merge(protected).with_state(self.state.clone())
+            ))
+            .with_state(self.state.clone())
     }
 }
 
@@ -375,19 +388,25 @@ async fn authenticate(
     // A client certificate (or an in-process caller) already named the user.
     let user = match request.extensions().get::<UserInfo>().cloned() {
         Some(user) => user,
-        None => {
-            let Some(token) = bearer_token(request.headers()) else {
-                return ApiError::Unauthorized.into_response();
-            };
-            match authn::authenticate_token(&state, &token).await {
+        None => match bearer_token(request.headers()) {
+            Some(token) => match authn::authenticate_token(&state, &token).await {
                 Ok(user) => user,
                 Err(rejection) => {
-                    // The reason names the kind of credential, never the token.
+                    // A credential that fails is refused even when anonymous requests are
+                    // served, as kube-apiserver does. The reason names the kind of credential,
+                    // never the token.
                     tracing::info!(reason = %rejection, "refused a bearer token");
                     return ApiError::Unauthorized.into_response();
                 }
+            },
+            None if state
+                .anonymous_auth
+                .load(std::sync::atomic::Ordering::Relaxed) =>
+            {
+                UserInfo::anonymous()
             }
-        }
+            None => return ApiError::Unauthorized.into_response(),
+        },
     };
     let user = match impersonate(&state, user, request.headers()).await {
         Ok(user) => user,

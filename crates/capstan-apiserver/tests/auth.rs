@@ -7,7 +7,9 @@
 mod support;
 
 use support::raw::request_as;
-use support::{Server, kubectl, ok, start};
+use support::{
+    Server, anonymous_kubeconfig, kubectl, kubectl_at, ok, start, start_without_anonymous,
+};
 
 const TOKEN_ID: &str = "abcdef";
 const TOKEN_SECRET: &str = "0123456789abcdef";
@@ -872,4 +874,137 @@ fn token_and_subject_access_reviews_answer_at_http_level() {
         resources.contains("selfsubjectaccessreviews.authorization.k8s.io"),
         "{resources}"
     );
+}
+
+fn anonymous_kubectl(server: &Server, args: &[&str]) -> std::process::Output {
+    let config = anonymous_kubeconfig(server);
+    let mut all = vec!["--kubeconfig", config.to_str().unwrap()];
+    all.extend_from_slice(args);
+    // `kubectl_at` passes the admin kubeconfig first; the later flag wins.
+    kubectl_at(std::path::Path::new("kubectl"), server, &all, None)
+}
+
+fn get_anonymously(server: &Server, path: &str) -> (u16, String) {
+    request_as(server, None, "GET", path, "application/json", b"")
+}
+
+/// Without credentials a request is user `system:anonymous` in `system:unauthenticated`, and RBAC
+/// decides: the public-info endpoints are readable, everything else is `403` naming the user (not
+/// `401`), until a binding grants more. A bearer token that fails is still `401`.
+#[test]
+fn anonymous_requests_are_decided_by_rbac() {
+    let server = start();
+    for path in ["/healthz", "/livez", "/readyz", "/version"] {
+        let (code, body) = get_anonymously(&server, path);
+        assert_eq!(code, 200, "{path}: {body}");
+    }
+    let (code, body) = get_anonymously(&server, "/api/v1/namespaces/default/pods");
+    assert_eq!(code, 403, "{body}");
+    assert!(
+        body.contains(r#"pods is forbidden: User \"system:anonymous\" cannot list resource \"pods\" in API group \"\" in the namespace \"default\""#),
+        "{body}"
+    );
+    assert!(body.contains(r#""reason":"Forbidden""#), "{body}");
+    // Discovery is for authenticated users only (`system:discovery`).
+    let (code, body) = get_anonymously(&server, "/apis");
+    assert_eq!(code, 403, "{body}");
+    assert!(
+        body.contains(r#"forbidden: User \"system:anonymous\" cannot get path \"/apis\""#),
+        "{body}"
+    );
+    // A credential that fails is refused, not served anonymously.
+    let (code, body) = get_as(&server, "not-a-token", "/healthz");
+    assert_eq!(code, 401, "{body}");
+
+    // kubectl without credentials gets what kube-apiserver answers.
+    let health = anonymous_kubectl(&server, &["get", "--raw", "/healthz"]);
+    assert_eq!(ok(&health), "ok");
+    let version = anonymous_kubectl(&server, &["version", "-o", "json"]);
+    assert!(ok(&version).contains("serverVersion"));
+    // Discovery is refused first, so kubectl prints what it prints against kube-apiserver.
+    let denied = anonymous_kubectl(&server, &["get", "secrets", "-n", "default"]);
+    assert!(!denied.status.success());
+    assert!(
+        stderr(&denied).contains("Error from server (Forbidden)"),
+        "{}",
+        stderr(&denied)
+    );
+    let whoami = anonymous_kubectl(&server, &["auth", "whoami"]);
+    assert!(!whoami.status.success());
+
+    // Granting the unauthenticated group roles lets anonymous requests do what they allow.
+    for role in ["view", "system:discovery"] {
+        ok(&kubectl(
+            &server,
+            &[
+                "create",
+                "clusterrolebinding",
+                &format!("anonymous-{}", role.replace(':', "-")),
+                &format!("--clusterrole={role}"),
+                "--group=system:unauthenticated",
+            ],
+            None,
+        ));
+    }
+    ok(&kubectl(
+        &server,
+        &[
+            "-n",
+            "default",
+            "create",
+            "configmap",
+            "shown",
+            "--from-literal=a=b",
+        ],
+        None,
+    ));
+    let listed = anonymous_kubectl(
+        &server,
+        &["-n", "default", "get", "configmaps", "-o", "name"],
+    );
+    assert!(ok(&listed).contains("configmap/shown"));
+    let write = anonymous_kubectl(
+        &server,
+        &[
+            "-n",
+            "default",
+            "create",
+            "configmap",
+            "mine",
+            "--from-literal=a=b",
+        ],
+    );
+    assert!(
+        stderr(&write).contains(r#"User "system:anonymous" cannot create resource "configmaps""#),
+        "{}",
+        stderr(&write)
+    );
+}
+
+/// With anonymous access off (`--anonymous-auth=false`) a request without credentials is `401`,
+/// the public-info endpoints included, and kubectl says it must log in.
+#[test]
+fn anonymous_access_can_be_turned_off() {
+    let server = start_without_anonymous();
+    for path in [
+        "/healthz",
+        "/version",
+        "/api/v1/namespaces/default/pods",
+        "/apis",
+    ] {
+        let (code, body) = get_anonymously(&server, path);
+        assert_eq!(code, 401, "{path}: {body}");
+        assert!(body.contains(r#""reason":"Unauthorized""#), "{body}");
+    }
+    let denied = anonymous_kubectl(&server, &["get", "pods"]);
+    assert!(!denied.status.success());
+    assert!(
+        stderr(&denied).contains("error: You must be logged in to the server"),
+        "{}",
+        stderr(&denied)
+    );
+    // Credentials work as before.
+    let (code, body) = get_as(&server, &server.token, "/healthz");
+    assert_eq!(code, 200, "{body}");
+    ok(&kubectl(&server, &["get", "pods"], None));
 }

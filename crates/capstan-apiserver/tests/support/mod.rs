@@ -27,6 +27,15 @@ pub fn start() -> Server {
 }
 
 pub fn start_with(limits: capstan_apiserver::conn::ConnectionLimits) -> Server {
+    start_configured(limits, true)
+}
+
+/// A server that refuses requests without credentials (`--anonymous-auth=false`).
+pub fn start_without_anonymous() -> Server {
+    start_configured(capstan_apiserver::conn::ConnectionLimits::default(), false)
+}
+
+fn start_configured(limits: capstan_apiserver::conn::ConnectionLimits, anonymous: bool) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -50,6 +59,7 @@ pub fn start_with(limits: capstan_apiserver::conn::ConnectionLimits) -> Server {
             },
         ))
         .unwrap();
+    server.set_anonymous_auth(anonymous);
     runtime.spawn(capstan_apiserver::serve::serve_tls_with(
         server.router(),
         listener,
@@ -69,6 +79,20 @@ pub fn start_with(limits: capstan_apiserver::conn::ConnectionLimits) -> Server {
         ca,
         _runtime: runtime,
     }
+}
+
+/// A kubeconfig for the server that trusts its CA and holds no credentials the server accepts:
+/// its user has only a Basic-auth name, which kube-apiserver ignores as capstan does (an empty
+/// user would make kubectl prompt for one).
+pub fn anonymous_kubeconfig(server: &Server) -> PathBuf {
+    let path = server.dir.path().join("anonymous.kubeconfig");
+    let config = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: capstan\n  cluster:\n    server: {}\n    certificate-authority: {}\ncontexts:\n- name: anonymous\n  context:\n    cluster: capstan\n    user: anonymous\ncurrent-context: anonymous\nusers:\n- name: anonymous\n  user:\n    username: nobody\n    password: none\n",
+        server.url,
+        server.ca.display()
+    );
+    std::fs::write(&path, config).unwrap();
+    path
 }
 
 pub fn kubectl_at(binary: &Path, server: &Server, args: &[&str], stdin: Option<&str>) -> Output {

@@ -29,6 +29,12 @@ pub struct Args {
     /// Cluster API and Metal3 CRDs, so their full schemas validate, default and explain objects.
     #[arg(long, value_name = "DIR")]
     crds: Option<PathBuf>,
+    /// Serve requests without credentials as user `system:anonymous` (group
+    /// `system:unauthenticated`) for RBAC to decide, as kube-apiserver does by default: the
+    /// default roles let them read only `/healthz`, `/livez`, `/readyz` and `/version`, anything
+    /// else is `403`. `--anonymous-auth=false` refuses them with `401` instead.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    anonymous_auth: bool,
     /// Serve the API only; run no controllers in this process.
     #[arg(long)]
     no_controllers: bool,
@@ -94,6 +100,7 @@ async fn serve(args: Args, style: &Style) -> anyhow::Result<Exit> {
     )
     .await
     .context("starting the API")?;
+    server.set_anonymous_auth(args.anonymous_auth);
     if let Some(dir) = &args.crds {
         let set = capstan_schema::CrdSet::load_dir(dir)
             .with_context(|| format!("reading CRDs from {}", dir.display()))?;
