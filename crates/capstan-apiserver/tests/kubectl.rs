@@ -253,10 +253,10 @@ fn unauthenticated_requests_are_refused_and_conflicts_are_409() {
             let (body, code) = text.rsplit_once('\n').unwrap();
             (code.parse().unwrap(), body.to_owned())
         };
-    assert_eq!(
-        client(None, "GET", "/api/v1/namespaces/default/secrets", None).0,
-        401
-    );
+    // Without credentials: system:anonymous, whom the default roles do not let list Secrets.
+    let (code, body) = client(None, "GET", "/api/v1/namespaces/default/secrets", None);
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains(r#"User \"system:anonymous\" cannot list"#), "{body}");
     assert_eq!(
         client(
             Some("wrong"),
