@@ -549,7 +549,10 @@ fn credentials_are_private_and_client_certificates_authenticate() {
             .unwrap();
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
-    assert_eq!(curl(&[]), "401");
+    // Without credentials: system:anonymous, whom the default roles deny this (kube-apiserver's
+    // default); a wrong token is refused.
+    assert_eq!(curl(&[]), "403");
+    assert_eq!(curl(&["-H", "Authorization: Bearer wrong"]), "401");
     let cert = data.join("pki/admin.crt");
     let key = data.join("pki/admin.key");
     assert_eq!(
@@ -574,6 +577,25 @@ fn credentials_are_private_and_client_certificates_authenticate() {
         .output()
         .unwrap();
     assert_ne!(String::from_utf8_lossy(&plain.stdout), "200");
+}
+
+#[test]
+fn anonymous_access_can_be_turned_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let port = free_port();
+    let _server = serve(&data, port, &["--no-controllers", "--anonymous-auth=false"]);
+    let curl = |path: &str| {
+        let out = Command::new("curl")
+            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--cacert"])
+            .arg(data.join("pki/ca.crt"))
+            .arg(format!("https://127.0.0.1:{port}{path}"))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(curl("/api/v1/namespaces"), "401");
+    assert_eq!(curl("/healthz"), "401");
 }
 
 #[test]
