@@ -4,17 +4,20 @@
 //!   organizations are the groups (the admin certificate is in `system:masters`).
 //! - A static bearer token given at start (the admin token): user `capstan-admin` in
 //!   `system:masters`.
-//! - A ServiceAccount token issued by `serviceaccounts/NAME/token`: user
-//!   `system:serviceaccount:NS:NAME` in `system:serviceaccounts` and `system:serviceaccounts:NS`,
-//!   valid while it has not expired and the ServiceAccount it was issued for (same uid) exists.
+//! - A ServiceAccount token (a JWT issued by `serviceaccounts/NAME/token`, see
+//!   [`crate::builtin::tokens`]): user `system:serviceaccount:NS:NAME` in `system:serviceaccounts`
+//!   and `system:serviceaccounts:NS`, valid while its signature, issuer, audience and validity
+//!   window check out and the ServiceAccount it was issued for (same uid) exists, and the Pod or
+//!   Secret it is bound to, if any.
 //! - A bootstrap token `ID.SECRET`: valid while Secret `kube-system/bootstrap-token-ID` of type
 //!   `bootstrap.kubernetes.io/token` holds that secret, allows `usage-bootstrap-authentication`,
 //!   has not expired and is not being deleted; user `system:bootstrap:ID` in `system:bootstrappers`
 //!   and the Secret's `auth-extra-groups`.
 //!
 //! Every authenticated user is also in `system:authenticated`. A request with no credentials is
-//! refused with 401 (as kube-apiserver with `--anonymous-auth=false`); so is one whose token matches
-//! none of the above. Tokens are never logged: a failure is logged by kind only.
+//! user `system:anonymous` in `system:unauthenticated` for RBAC to decide (or refused with 401 when
+//! anonymous access is off, as kube-apiserver's `--anonymous-auth=false`); one whose token matches
+//! none of the above is refused with 401. Tokens are never logged: a failure is logged by kind only.
 
 use crate::ApiState;
 use base64::Engine;
@@ -113,7 +116,9 @@ pub enum TokenRejection {
         "bootstrap token {id}: auth-extra-groups has {group:?}, which does not start with system:bootstrappers:"
     )]
     BootstrapBadGroup { id: String, group: String },
-    #[error("ServiceAccount token: {namespace}/{name} no longer exists (or was recreated)")]
+    #[error("ServiceAccount token: {0}")]
+    ServiceAccountToken(String),
+    #[error("ServiceAccount token: {name} in {namespace} no longer exists (or was recreated)")]
     ServiceAccountGone { namespace: String, name: String },
     #[error("reading the store failed: {0}")]
     Store(String),
@@ -227,13 +232,15 @@ pub async fn authenticate_token(state: &ApiState, token: &str) -> Result<UserInf
     {
         return Ok(UserInfo::admin());
     }
-    if let Some(claims) = state
-        .auth
-        .tokens
-        .first()
-        .and_then(|key| crate::builtin::tokens::verify(key, token))
-    {
-        return service_account_user(state, claims).await;
+    if crate::builtin::tokens::looks_like_jwt(token) {
+        return service_account_token_user(
+            state,
+            token,
+            &crate::builtin::tokens::api_audiences(),
+            jiff::Timestamp::now().as_second(),
+        )
+        .await
+        .map(|(user, _)| user);
     }
     if let Some((id, secret)) = parse_bootstrap_token(token) {
         let key = ObjectKey::new("/secrets", "kube-system", format!("bootstrap-token-{id}"));
@@ -255,35 +262,81 @@ pub async fn authenticate_token(state: &ApiState, token: &str) -> Result<UserInf
     Err(TokenRejection::Unknown)
 }
 
-/// The user of a verified ServiceAccount token whose ServiceAccount still exists with the same uid.
-async fn service_account_user(
-    state: &ApiState,
-    claims: crate::builtin::tokens::Claims,
-) -> Result<UserInfo, TokenRejection> {
-    let gone = || TokenRejection::ServiceAccountGone {
-        namespace: claims.namespace.clone(),
-        name: claims.name.clone(),
-    };
-    let key = ObjectKey::new("/serviceaccounts", &claims.namespace, &claims.name);
-    let stored = state
+/// The uid of the stored object at `key`, unless it is gone or being deleted.
+async fn live_uid(state: &ApiState, key: ObjectKey) -> Result<Option<String>, TokenRejection> {
+    let Some(stored) = state
         .store
         .get(key)
         .await
         .map_err(|e| TokenRejection::Store(e.to_string()))?
-        .ok_or_else(gone)?;
-    let account = stored
+    else {
+        return Ok(None);
+    };
+    let object = stored
         .value()
         .map_err(|e| TokenRejection::Store(e.to_string()))?;
-    if !claims.uid.is_empty() && account["metadata"]["uid"].as_str() != Some(claims.uid.as_str()) {
-        return Err(gone());
+    if !object["metadata"]["deletionTimestamp"].is_null() {
+        return Ok(None);
     }
-    let ns_group = format!("system:serviceaccounts:{}", claims.namespace);
+    Ok(object["metadata"]["uid"].as_str().map(str::to_owned))
+}
+
+/// The user of a ServiceAccount JWT valid at `now` for one of `audiences` (and the audiences of
+/// the token among them), as kube-apiserver checks it: signed by this server's key, unexpired,
+/// and its ServiceAccount — and the Pod or Secret it is bound to — still existing with the uid
+/// the token names.
+pub async fn service_account_token_user(
+    state: &ApiState,
+    token: &str,
+    audiences: &[String],
+    now: i64,
+) -> Result<(UserInfo, Vec<String>), TokenRejection> {
+    use crate::builtin::tokens;
+    let key = state.service_account_key();
+    let claims = tokens::verify_at(&key, token, audiences, now)
+        .map_err(|reason| TokenRejection::ServiceAccountToken(reason.to_string()))?;
+    let namespace = claims.namespace().to_owned();
+    let account = &claims.kubernetes.serviceaccount;
+    let gone = |what: &str, name: &str| TokenRejection::ServiceAccountGone {
+        namespace: namespace.clone(),
+        name: format!("{what} {name}"),
+    };
+    let checks = [
+        ("ServiceAccount", "/serviceaccounts", Some(account)),
+        ("Pod", "/pods", claims.kubernetes.pod.as_ref()),
+        ("Secret", "/secrets", claims.kubernetes.secret.as_ref()),
+    ];
+    for (kind, resource, object) in checks {
+        let Some(object) = object else { continue };
+        let key = ObjectKey::new(resource, &namespace, &object.name);
+        if live_uid(state, key).await?.as_deref() != Some(object.uid.as_str()) {
+            return Err(gone(kind, &object.name));
+        }
+    }
+    let ns_group = format!("system:serviceaccounts:{namespace}");
     let mut user = UserInfo::new(
-        format!("system:serviceaccount:{}:{}", claims.namespace, claims.name),
+        format!("system:serviceaccount:{namespace}:{}", account.name),
         &["system:serviceaccounts", &ns_group],
     );
-    user.uid = claims.uid.clone();
-    Ok(user)
+    user.uid = account.uid.clone();
+    let mut extra = |name: &str, value: &str| {
+        user.extra.insert(
+            format!("authentication.kubernetes.io/{name}"),
+            vec![value.to_owned()],
+        );
+    };
+    extra("credential-id", &format!("JTI={}", claims.jti));
+    if let Some(pod) = &claims.kubernetes.pod {
+        extra("pod-name", &pod.name);
+        extra("pod-uid", &pod.uid);
+    }
+    let matched = claims
+        .aud
+        .iter()
+        .filter(|a| audiences.contains(a))
+        .cloned()
+        .collect();
+    Ok((user, matched))
 }
 
 #[cfg(test)]

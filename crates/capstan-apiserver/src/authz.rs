@@ -905,6 +905,20 @@ pub fn default_policy() -> Vec<Value> {
             None,
         ),
         cluster_role(
+            "system:service-account-issuer-discovery",
+            json!({}),
+            vec![paths(
+                &[
+                    "/.well-known/openid-configuration",
+                    "/.well-known/openid-configuration/",
+                    "/openid/v1/jwks",
+                    "/openid/v1/jwks/",
+                ],
+                &["get"],
+            )],
+            None,
+        ),
+        cluster_role(
             "system:basic-user",
             json!({}),
             vec![
@@ -1043,6 +1057,11 @@ pub fn default_policy() -> Vec<Value> {
             "system:monitoring",
             "system:monitoring",
             &["system:monitoring"],
+        ),
+        cluster_role_binding(
+            "system:service-account-issuer-discovery",
+            "system:service-account-issuer-discovery",
+            &["system:serviceaccounts"],
         ),
     ]
 }

@@ -98,6 +98,8 @@ pub enum ServerError {
     Tls(#[from] tls::TlsError),
     #[error("listening")]
     Io(#[from] std::io::Error),
+    #[error("ServiceAccount signing key")]
+    ServiceAccountKey(#[from] builtin::tokens::TokenError),
 }
 
 /// How clients authenticate.
@@ -119,9 +121,19 @@ pub struct ApiState {
     /// Whether a request without credentials acts as `system:anonymous` (kube-apiserver's
     /// `--anonymous-auth`, on by default) rather than getting `401`.
     anonymous_auth: std::sync::atomic::AtomicBool,
+    /// The key ServiceAccount tokens are signed with.
+    service_account_key: RwLock<Arc<builtin::tokens::SigningKey>>,
 }
 
 impl ApiState {
+    /// The key ServiceAccount tokens are signed and verified with.
+    pub fn service_account_key(&self) -> Arc<builtin::tokens::SigningKey> {
+        self.service_account_key
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
     fn registry_read(&self) -> Registry {
         match self.registry.read() {
             Ok(r) => r.clone(),
@@ -209,6 +221,8 @@ impl ApiServer {
             auth,
             rbac_cache: authz::ClusterPolicyCache::default(),
             anonymous_auth: std::sync::atomic::AtomicBool::new(true),
+            // Until a data directory's key is given, one of this process.
+            service_account_key: RwLock::new(Arc::new(builtin::tokens::SigningKey::generate()?)),
         });
         builtin::namespaces::spawn(Arc::downgrade(&state));
         Ok(Self { state })
@@ -281,6 +295,16 @@ impl ApiServer {
             .store(enabled, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// Signs ServiceAccount tokens with `key` from now on (`capstan serve` gives the data
+    /// directory's); tokens signed with the key before stop verifying.
+    pub fn set_service_account_key(&self, key: builtin::tokens::SigningKey) {
+        *self
+            .state
+            .service_account_key
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(key);
+    }
+
     /// The HTTP routes, authentication and authorization included. `/healthz`, `/livez`,
     /// `/readyz` and `/version` are readable by everyone (also anonymously) through the default
     /// ClusterRole `system:public-info-viewer`, as in Kubernetes.
@@ -294,6 +318,13 @@ impl ApiServer {
                 get(|| async { axum::Json(discovery::version()) }),
             )
             .route("/metrics", get(metrics_text))
+            .route(
+                "/.well-known/openid-configuration",
+                get(|| async {
+                    axum::Json(builtin::tokens::openid_configuration()).into_response()
+                }),
+            )
+            .route("/openid/v1/jwks", get(jwks))
             .route(
                 "/capstan/v1/undecodable",
                 get(undecodable::list).delete(undecodable::remove),
@@ -315,6 +346,15 @@ impl ApiServer {
             ))
             .with_state(self.state.clone())
     }
+}
+
+async fn jwks(State(state): State<Arc<ApiState>>) -> Response {
+    let keys = state.service_account_key().jwks();
+    (
+        [(header::CONTENT_TYPE, "application/jwk-set+json")],
+        keys.to_string(),
+    )
+        .into_response()
 }
 
 async fn health() -> &'static str {

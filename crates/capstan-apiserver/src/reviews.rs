@@ -283,9 +283,9 @@ async fn answer(
         "selfsubjectreviews" => json!({"userInfo": user}),
         "tokenreviews" => {
             let token = text(&spec["token"]);
-            match crate::authn::authenticate_token(state, &token).await {
-                Ok(found) => {
-                    json!({"authenticated": true, "user": found, "audiences": spec["audiences"].as_array().cloned().unwrap_or_default()})
+            match review_token(state, token.trim(), &spec["audiences"]).await {
+                Ok((found, audiences)) => {
+                    json!({"authenticated": true, "user": found, "audiences": audiences})
                 }
                 Err(rejection) => {
                     tracing::info!(reason = %rejection, "TokenReview: the token does not authenticate");
@@ -319,4 +319,38 @@ async fn answer(
         &answer,
         &[],
     ))
+}
+
+/// A TokenReview's answer: the token's user and the audiences it is valid for among those the
+/// review names (the API server's own when it names none), as kube-apiserver answers it.
+/// ServiceAccount tokens carry their audiences; other tokens are valid only for the server's.
+async fn review_token(
+    state: &ApiState,
+    token: &str,
+    requested: &Value,
+) -> Result<(crate::authn::UserInfo, Vec<String>), crate::authn::TokenRejection> {
+    use crate::builtin::tokens;
+    let api = tokens::api_audiences();
+    let mut audiences: Vec<String> = requested
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(str::to_owned)
+        .collect();
+    if audiences.is_empty() {
+        audiences = api.clone();
+    }
+    if tokens::looks_like_jwt(token) {
+        let now = jiff::Timestamp::now().as_second();
+        return crate::authn::service_account_token_user(state, token, &audiences, now).await;
+    }
+    let shared: Vec<String> = audiences.into_iter().filter(|a| api.contains(a)).collect();
+    if shared.is_empty() {
+        return Err(crate::authn::TokenRejection::ServiceAccountToken(
+            "not for this audience".into(),
+        ));
+    }
+    let user = crate::authn::authenticate_token(state, token).await?;
+    Ok((user, shared))
 }

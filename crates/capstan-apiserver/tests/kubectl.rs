@@ -256,7 +256,10 @@ fn unauthenticated_requests_are_refused_and_conflicts_are_409() {
     // Without credentials: system:anonymous, whom the default roles do not let list Secrets.
     let (code, body) = client(None, "GET", "/api/v1/namespaces/default/secrets", None);
     assert_eq!(code, 403, "{body}");
-    assert!(body.contains(r#"User \"system:anonymous\" cannot list"#), "{body}");
+    assert!(
+        body.contains(r#"User \"system:anonymous\" cannot list"#),
+        "{body}"
+    );
     assert_eq!(
         client(
             Some("wrong"),

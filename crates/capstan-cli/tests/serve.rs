@@ -535,6 +535,7 @@ fn credentials_are_private_and_client_certificates_authenticate() {
         "pki/server.key",
         "pki/admin.key",
         "pki/admin.token",
+        "pki/sa.key",
     ] {
         assert_eq!(mode(&data.join(file)), 0o600, "{file}");
     }

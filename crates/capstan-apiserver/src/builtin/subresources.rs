@@ -498,12 +498,54 @@ async fn token(
         .await?
         .ok_or_else(|| request.not_found(&name))?;
     let account = handlers::stored_value(&current)?;
-    let issued = super::tokens::issue(
-        state.auth.tokens.first().map(String::as_str),
-        request.path.namespace.as_deref().unwrap_or_default(),
+    let namespace = request.path.namespace.as_deref().unwrap_or_default();
+    let spec = super::tokens::TokenSpec::from_request(&token_request)
+        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    // A bound token names an object of the same namespace that exists (with the uid given, if
+    // any); it is valid only while that object does.
+    let bound = match &spec.bound {
+        Some((kind, bound_name)) => {
+            let resource = if kind == "Pod" { "/pods" } else { "/secrets" };
+            let stored = state
+                .store
+                .get(ObjectKey::new(resource, namespace, bound_name.clone()))
+                .await?
+                .ok_or_else(|| {
+                    ApiError::BadRequest(format!(
+                        "spec.boundObjectRef: {kind} {namespace}/{bound_name} not found"
+                    ))
+                })?;
+            let object = handlers::stored_value(&stored)?;
+            let uid = object["metadata"]["uid"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            let wanted = token_request["spec"]["boundObjectRef"]["uid"].as_str();
+            if wanted.is_some_and(|w| !w.is_empty() && w != uid) {
+                return Err(ApiError::Conflict {
+                    group: String::new(),
+                    resource: resource.trim_start_matches('/').into(),
+                    name: bound_name.clone(),
+                    message: format!(
+                        "the UID in the bound object reference ({}) does not match the UID in record ({uid}). The object might have been deleted and then recreated",
+                        wanted.unwrap_or_default()
+                    ),
+                });
+            }
+            Some((kind.clone(), bound_name.clone(), uid))
+        }
+        None => None,
+    };
+    let issued = super::tokens::issue_at(
+        &state.service_account_key(),
+        namespace,
         &name,
         account["metadata"]["uid"].as_str().unwrap_or_default(),
-        &token_request,
+        &spec,
+        bound
+            .as_ref()
+            .map(|(k, n, u)| (k.as_str(), n.as_str(), u.as_str())),
+        jiff::Timestamp::now().as_second(),
     )
     .map_err(|e| ApiError::BadRequest(e.to_string()))?;
     Ok((StatusCode::CREATED, axum::Json(issued)).into_response())

@@ -1,162 +1,562 @@
-//! ServiceAccount tokens (`POST serviceaccounts/NAME/token`, a `TokenRequest`): bearer tokens that
-//! name the ServiceAccount and expire, signed with HMAC-SHA256 under a key derived from the server's
-//! admin token, so they verify without storage and survive restarts (and stop verifying when the
-//! admin token is rotated). A token authenticates as `system:serviceaccount:NS:NAME` while its
-//! ServiceAccount exists with the uid it was issued for (see [`crate::authn`]).
+//! ServiceAccount tokens as kube-apiserver issues them (`POST serviceaccounts/NAME/token`, a
+//! `TokenRequest`): ES256-signed JWTs with `iss`, `sub` (`system:serviceaccount:NS:NAME`), `aud`,
+//! `exp`, `iat`, `nbf`, `jti` and the private `kubernetes.io` claim naming the namespace, the
+//! ServiceAccount (name and uid) and, for bound tokens, the Pod or Secret they are bound to.
+//!
+//! The signing key is a P-256 key generated once per data directory (`pki/sa.key`, mode 0600;
+//! servers without one use a key of their own process). Its public half is published as a JWKS at
+//! `/openid/v1/jwks`, with `/.well-known/openid-configuration` pointing at it, so relying parties
+//! verify tokens without asking the server. [`verify_at`] checks the signature, issuer, audience
+//! and validity window; that the ServiceAccount (and a bound object) still exists with the uid the
+//! token names is checked by [`crate::authn`] against the store.
 
 use base64::Engine;
-use ring::hmac;
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use ring::rand::SystemRandom;
+use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair};
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
 
-/// What every ServiceAccount token starts with.
-const PREFIX: &str = "capstan-sa.";
+/// The issuer (`iss`) of every token, kubeadm's default `--service-account-issuer`; also the
+/// audience a token gets when its request names none, and the one this server accepts.
+pub const ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
 
 /// Default and bounds of `spec.expirationSeconds`, as kube-apiserver has them.
 const DEFAULT_SECONDS: i64 = 3600;
 const MIN_SECONDS: i64 = 600;
 const MAX_SECONDS: i64 = 48 * 3600;
 
-/// Why a token cannot be issued.
+/// Clock skew tolerated on `exp` and `nbf`, as kube-apiserver's JWT validation allows.
+const LEEWAY_SECONDS: i64 = 60;
+
+/// The file of the signing key in a data directory's `pki/`.
+const KEY_FILE: &str = "sa.key";
+
+/// The DER prefix of a P-256 `SubjectPublicKeyInfo` before the uncompressed point (the key id is
+/// the SHA-256 of the whole structure, as kube-apiserver computes it).
+const P256_SPKI_PREFIX: [u8; 26] = [
+    0x30, 0x59, 0x30, 0x13, 0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01, 0x06, 0x08, 0x2a,
+    0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07, 0x03, 0x42, 0x00,
+];
+
+/// Why a key cannot be loaded or a token issued.
 #[derive(Debug, thiserror::Error)]
 pub enum TokenError {
     #[error(
         "spec.expirationSeconds: Invalid value: {0}: may not specify a duration less than 10 minutes"
     )]
     TooShort(i64),
-    #[error("the server has no key to sign tokens with")]
-    NoKey,
-}
-
-fn key(secret: &str) -> hmac::Key {
-    // A purpose-specific key, so the signature never equals anything else keyed by the admin token.
-    let derived = hmac::sign(
-        &hmac::Key::new(hmac::HMAC_SHA256, secret.as_bytes()),
-        b"capstan serviceaccount tokens",
-    );
-    hmac::Key::new(hmac::HMAC_SHA256, derived.as_ref())
+    #[error(
+        "spec.boundObjectRef.kind: Unsupported value: {0:?}: supported values: \"Pod\", \"Secret\""
+    )]
+    BoundKind(String),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: not a PKCS#8 P-256 private key; remove it to have a new one generated")]
+    BadKey { path: PathBuf },
+    #[error("generating a signing key failed")]
+    Generate,
+    #[error("signing a token failed")]
+    Sign,
 }
 
 fn b64() -> base64::engine::GeneralPurpose {
     base64::engine::general_purpose::URL_SAFE_NO_PAD
 }
 
-/// Issues a token for `namespace/name` (uid `uid`) from a TokenRequest body; returns the completed
+/// The key tokens are signed with, and its published form.
+pub struct SigningKey {
+    encoding: EncodingKey,
+    decoding: DecodingKey,
+    /// The key id (`kid`) tokens carry and the JWKS lists.
+    kid: String,
+    /// The public point's coordinates, base64url.
+    x: String,
+    y: String,
+}
+
+impl std::fmt::Debug for SigningKey {
+    // Never the private key.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SigningKey")
+            .field("kid", &self.kid)
+            .finish()
+    }
+}
+
+impl SigningKey {
+    /// A new key, kept only in memory.
+    pub fn generate() -> Result<Self, TokenError> {
+        let der =
+            EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &SystemRandom::new())
+                .map_err(|_| TokenError::Generate)?;
+        Self::from_pkcs8(der.as_ref()).ok_or(TokenError::Generate)
+    }
+
+    fn from_pkcs8(der: &[u8]) -> Option<Self> {
+        let pair =
+            EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, der, &SystemRandom::new())
+                .ok()?;
+        let point = pair.public_key().as_ref();
+        // An uncompressed point: 0x04, then x and y of 32 bytes each.
+        if point.len() != 65 || point[0] != 4 {
+            return None;
+        }
+        let x = b64().encode(&point[1..33]);
+        let y = b64().encode(&point[33..]);
+        let mut spki = P256_SPKI_PREFIX.to_vec();
+        spki.extend_from_slice(point);
+        let kid = b64().encode(ring::digest::digest(&ring::digest::SHA256, &spki).as_ref());
+        Some(Self {
+            encoding: EncodingKey::from_ec_der(der),
+            decoding: DecodingKey::from_ec_components(&x, &y).ok()?,
+            kid,
+            x,
+            y,
+        })
+    }
+
+    /// The key of a data directory's `pki/` (`sa.key`), generated and written (mode 0600) the
+    /// first time.
+    pub fn load_or_create(pki_dir: &Path) -> Result<Self, TokenError> {
+        let path = pki_dir.join(KEY_FILE);
+        let io = |source| TokenError::Io {
+            path: path.clone(),
+            source,
+        };
+        match std::fs::read(&path) {
+            Ok(pem) => {
+                let der = rustls_pemfile::private_key(&mut pem.as_slice())
+                    .ok()
+                    .flatten()
+                    .ok_or_else(|| TokenError::BadKey { path: path.clone() })?;
+                Self::from_pkcs8(der.secret_der())
+                    .ok_or_else(|| TokenError::BadKey { path: path.clone() })
+            }
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                let der = EcdsaKeyPair::generate_pkcs8(
+                    &ECDSA_P256_SHA256_FIXED_SIGNING,
+                    &SystemRandom::new(),
+                )
+                .map_err(|_| TokenError::Generate)?;
+                let key = Self::from_pkcs8(der.as_ref()).ok_or(TokenError::Generate)?;
+                write_private(&path, &pem("PRIVATE KEY", der.as_ref())).map_err(io)?;
+                Ok(key)
+            }
+            Err(err) => Err(io(err)),
+        }
+    }
+
+    /// The JSON Web Key Set `/openid/v1/jwks` serves.
+    pub fn jwks(&self) -> Value {
+        json!({"keys": [{
+            "use": "sig", "kty": "EC", "kid": self.kid, "crv": "P-256", "alg": "ES256",
+            "x": self.x, "y": self.y,
+        }]})
+    }
+
+    /// The key id.
+    pub fn kid(&self) -> &str {
+        &self.kid
+    }
+}
+
+/// A PEM block.
+fn pem(label: &str, der: &[u8]) -> String {
+    let body = base64::engine::general_purpose::STANDARD.encode(der);
+    let mut out = format!("-----BEGIN {label}-----\n");
+    for line in body.as_bytes().chunks(64) {
+        out.push_str(&String::from_utf8_lossy(line));
+        out.push('\n');
+    }
+    out.push_str(&format!("-----END {label}-----\n"));
+    out
+}
+
+/// Writes `contents` owner-only, whole or not at all.
+fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension("tmp");
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    file.write_all(contents.as_bytes())?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, path)
+}
+
+/// `/.well-known/openid-configuration`, as kube-apiserver serves it.
+pub fn openid_configuration() -> Value {
+    json!({
+        "issuer": ISSUER,
+        "jwks_uri": format!("{ISSUER}/openid/v1/jwks"),
+        "response_types_supported": ["id_token"],
+        "subject_types_supported": ["public"],
+        "id_token_signing_alg_values_supported": ["ES256"],
+    })
+}
+
+/// An object a token is bound to: it is valid only while the object exists with this uid.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BoundObject {
+    pub name: String,
+    pub uid: String,
+}
+
+/// The `kubernetes.io` claim.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KubernetesClaim {
+    pub namespace: String,
+    pub serviceaccount: BoundObject,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<BoundObject>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<BoundObject>,
+}
+
+/// What a token says.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Claims {
+    pub iss: String,
+    pub sub: String,
+    pub aud: Vec<String>,
+    pub exp: i64,
+    pub iat: i64,
+    pub nbf: i64,
+    pub jti: String,
+    #[serde(rename = "kubernetes.io")]
+    pub kubernetes: KubernetesClaim,
+}
+
+impl Claims {
+    pub fn namespace(&self) -> &str {
+        &self.kubernetes.namespace
+    }
+}
+
+/// What a TokenRequest asks for, read from its body.
+pub struct TokenSpec {
+    pub audiences: Vec<String>,
+    pub seconds: i64,
+    /// `spec.boundObjectRef`: its kind (`Pod` or `Secret`) and name.
+    pub bound: Option<(String, String)>,
+}
+
+impl TokenSpec {
+    pub fn from_request(request: &Value) -> Result<Self, TokenError> {
+        let seconds = request["spec"]["expirationSeconds"]
+            .as_i64()
+            .unwrap_or(DEFAULT_SECONDS);
+        if seconds < MIN_SECONDS {
+            return Err(TokenError::TooShort(seconds));
+        }
+        let audiences: Vec<String> = request["spec"]["audiences"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(str::to_owned)
+            .collect();
+        let bound = match &request["spec"]["boundObjectRef"] {
+            Value::Object(reference) => {
+                let kind = reference
+                    .get("kind")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                if kind != "Pod" && kind != "Secret" {
+                    return Err(TokenError::BoundKind(kind.to_owned()));
+                }
+                let name = reference
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                Some((kind.to_owned(), name.to_owned()))
+            }
+            _ => None,
+        };
+        Ok(Self {
+            audiences: if audiences.is_empty() {
+                vec![ISSUER.to_owned()]
+            } else {
+                audiences
+            },
+            seconds: seconds.min(MAX_SECONDS),
+            bound,
+        })
+    }
+}
+
+/// Issues a token for ServiceAccount `namespace/name` (uid `uid`), bound to `bound` (the object's
+/// kind, name and uid) if given, at `now` (seconds since the epoch); answers the completed
 /// TokenRequest.
-pub fn issue(
-    secret: Option<&str>,
+pub fn issue_at(
+    key: &SigningKey,
     namespace: &str,
     name: &str,
     uid: &str,
-    request: &Value,
+    spec: &TokenSpec,
+    bound: Option<(&str, &str, &str)>,
+    now: i64,
 ) -> Result<Value, TokenError> {
-    let secret = secret.ok_or(TokenError::NoKey)?;
-    let seconds = request["spec"]["expirationSeconds"]
-        .as_i64()
-        .unwrap_or(DEFAULT_SECONDS);
-    if seconds < MIN_SECONDS {
-        return Err(TokenError::TooShort(seconds));
-    }
-    let seconds = seconds.min(MAX_SECONDS);
-    let now = jiff::Timestamp::now();
-    let expires = now.as_second() + seconds;
-    let claims = json!({"ns": namespace, "sa": name, "uid": uid, "exp": expires});
-    let payload = b64().encode(claims.to_string());
-    let signature = hmac::sign(&key(secret), payload.as_bytes());
-    let token = format!("{PREFIX}{payload}.{}", b64().encode(signature.as_ref()));
-    let expiration = jiff::Timestamp::from_second(expires)
-        .map(|t| format!("{t:.0}"))
-        .unwrap_or_default();
-    let audiences = request["spec"]["audiences"].clone();
+    let expires = now + spec.seconds;
+    let object = |(n, u): (&str, &str)| BoundObject {
+        name: n.to_owned(),
+        uid: u.to_owned(),
+    };
+    let claims = Claims {
+        iss: ISSUER.to_owned(),
+        sub: format!("system:serviceaccount:{namespace}:{name}"),
+        aud: spec.audiences.clone(),
+        exp: expires,
+        iat: now,
+        nbf: now,
+        jti: uuid::Uuid::new_v4().to_string(),
+        kubernetes: KubernetesClaim {
+            namespace: namespace.to_owned(),
+            serviceaccount: object((name, uid)),
+            pod: bound
+                .filter(|(kind, _, _)| *kind == "Pod")
+                .map(|(_, n, u)| object((n, u))),
+            secret: bound
+                .filter(|(kind, _, _)| *kind == "Secret")
+                .map(|(_, n, u)| object((n, u))),
+        },
+    };
+    let mut header = Header::new(Algorithm::ES256);
+    header.kid = Some(key.kid.clone());
+    let token =
+        jsonwebtoken::encode(&header, &claims, &key.encoding).map_err(|_| TokenError::Sign)?;
+    let timestamp = |seconds: i64| {
+        jiff::Timestamp::from_second(seconds)
+            .map(|t| format!("{t:.0}"))
+            .unwrap_or_default()
+    };
+    let bound_ref = match bound {
+        Some((kind, bound_name, bound_uid)) => {
+            json!({"kind": kind, "apiVersion": "v1", "name": bound_name, "uid": bound_uid})
+        }
+        None => Value::Null,
+    };
     Ok(json!({
         "apiVersion": "authentication.k8s.io/v1",
         "kind": "TokenRequest",
-        "metadata": {"name": name, "namespace": namespace, "creationTimestamp": format!("{now:.0}")},
+        "metadata": {"name": name, "namespace": namespace, "creationTimestamp": timestamp(now)},
         "spec": {
-            "audiences": if audiences.is_array() { audiences } else { json!([]) },
-            "expirationSeconds": seconds,
-            "boundObjectRef": request["spec"]["boundObjectRef"],
+            "audiences": spec.audiences,
+            "expirationSeconds": spec.seconds,
+            "boundObjectRef": bound_ref,
         },
-        "status": {"token": token, "expirationTimestamp": expiration},
+        "status": {"token": token, "expirationTimestamp": timestamp(expires)},
     }))
 }
 
-/// What a verified token says.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Claims {
-    pub namespace: String,
-    pub name: String,
-    /// The ServiceAccount's uid when the token was issued.
-    pub uid: String,
-    /// Expiry, in seconds since the epoch.
-    pub expires: i64,
+/// Why a JWT is not a valid ServiceAccount token of this server (for the log; never the token).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum Invalid {
+    #[error("not a JWT signed by this server's ServiceAccount key")]
+    Signature,
+    #[error("issued by another issuer")]
+    Issuer,
+    #[error("expired")]
+    Expired,
+    #[error("not valid yet")]
+    NotYetValid,
+    #[error("not for this audience")]
+    Audience,
+    #[error("its subject does not match its ServiceAccount")]
+    Subject,
 }
 
-/// The ServiceAccount a token names, if it verifies and has not expired.
-pub fn verify(secret: &str, token: &str) -> Option<Claims> {
-    verify_at(secret, token, jiff::Timestamp::now().as_second())
+/// Whether `token` looks like a JWT (three base64url parts), so other token kinds are told apart.
+pub fn looks_like_jwt(token: &str) -> bool {
+    let parts: Vec<&str> = token.split('.').collect();
+    parts.len() == 3 && parts.iter().take(2).all(|p| p.starts_with("ey"))
 }
 
-/// [`verify`] at `now` (seconds since the epoch).
-pub fn verify_at(secret: &str, token: &str, now: i64) -> Option<Claims> {
-    let rest = token.strip_prefix(PREFIX)?;
-    let (payload, signature) = rest.split_once('.')?;
-    let signature = b64().decode(signature).ok()?;
-    hmac::verify(&key(secret), payload.as_bytes(), &signature).ok()?;
-    let claims: Value = serde_json::from_slice(&b64().decode(payload).ok()?).ok()?;
-    let expires = claims["exp"].as_i64()?;
-    if expires <= now {
-        return None;
+/// The claims of `token` if `key` signed it, its issuer is [`ISSUER`], it is valid at `now`
+/// (seconds since the epoch, within [`LEEWAY_SECONDS`]) and one of its audiences is in
+/// `audiences`.
+pub fn verify_at(
+    key: &SigningKey,
+    token: &str,
+    audiences: &[String],
+    now: i64,
+) -> Result<Claims, Invalid> {
+    let mut validation = Validation::new(Algorithm::ES256);
+    // Time and audience are checked below, against the caller's clock and audiences.
+    validation.validate_exp = false;
+    validation.validate_nbf = false;
+    validation.validate_aud = false;
+    validation.required_spec_claims.clear();
+    let claims = jsonwebtoken::decode::<Claims>(token, &key.decoding, &validation)
+        .map_err(|_| Invalid::Signature)?
+        .claims;
+    if claims.iss != ISSUER {
+        return Err(Invalid::Issuer);
     }
-    Some(Claims {
-        namespace: claims["ns"].as_str()?.to_owned(),
-        name: claims["sa"].as_str()?.to_owned(),
-        uid: claims["uid"].as_str().unwrap_or_default().to_owned(),
-        expires,
-    })
+    if claims.exp + LEEWAY_SECONDS <= now {
+        return Err(Invalid::Expired);
+    }
+    if claims.nbf - LEEWAY_SECONDS > now {
+        return Err(Invalid::NotYetValid);
+    }
+    if !claims.aud.iter().any(|a| audiences.contains(a)) {
+        return Err(Invalid::Audience);
+    }
+    let expected = format!(
+        "system:serviceaccount:{}:{}",
+        claims.kubernetes.namespace, claims.kubernetes.serviceaccount.name
+    );
+    if claims.sub != expected {
+        return Err(Invalid::Subject);
+    }
+    Ok(claims)
+}
+
+/// The audiences this server accepts for its own authentication.
+pub fn api_audiences() -> Vec<String> {
+    vec![ISSUER.to_owned()]
 }
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
+    const NOW: i64 = 1_800_000_000;
+
+    fn spec(request: Value) -> TokenSpec {
+        TokenSpec::from_request(&request).unwrap()
+    }
+
+    fn token_of(issued: &Value) -> String {
+        issued["status"]["token"].as_str().unwrap().to_owned()
+    }
+
     #[test]
-    fn tokens_verify_only_with_their_key_and_untampered() {
-        let issued = issue(
-            Some("admin-secret"),
+    fn tokens_are_es256_jwts_with_kubernetes_claims() {
+        let key = SigningKey::generate().unwrap();
+        let issued = issue_at(
+            &key,
             "kube-system",
             "cilium",
             "u1",
-            &json!({}),
+            &spec(json!({"spec": {"boundObjectRef": {"kind": "Pod", "name": "p"}}})),
+            Some(("Pod", "p", "pod-uid")),
+            NOW,
         )
         .unwrap();
-        let token = issued["status"]["token"].as_str().unwrap();
-        let claims = verify("admin-secret", token).unwrap();
+        let token = token_of(&issued);
+        let header = jsonwebtoken::decode_header(&token).unwrap();
+        assert_eq!(header.alg, Algorithm::ES256);
+        assert_eq!(header.kid.as_deref(), Some(key.kid()));
+        let claims = verify_at(&key, &token, &api_audiences(), NOW).unwrap();
+        assert_eq!(claims.sub, "system:serviceaccount:kube-system:cilium");
+        assert_eq!(claims.aud, [ISSUER]);
+        assert_eq!((claims.iat, claims.nbf, claims.exp), (NOW, NOW, NOW + 3600));
+        assert_eq!(claims.kubernetes.serviceaccount.uid, "u1");
+        assert_eq!(claims.kubernetes.pod.as_ref().unwrap().uid, "pod-uid");
+        assert!(claims.kubernetes.secret.is_none());
+        assert_eq!(issued["spec"]["expirationSeconds"], 3600);
+        assert_eq!(issued["spec"]["boundObjectRef"]["uid"], "pod-uid");
         assert_eq!(
-            (
-                claims.namespace.as_str(),
-                claims.name.as_str(),
-                claims.uid.as_str()
-            ),
-            ("kube-system", "cilium", "u1")
+            issued["status"]["expirationTimestamp"],
+            "2027-01-15T09:00:00Z"
         );
-        assert_eq!(verify("other", token), None);
-        let tampered = token.replacen("capstan-sa.e", "capstan-sa.f", 1);
-        assert_eq!(verify("admin-secret", &tampered), None);
+    }
+
+    #[test]
+    fn tokens_are_refused_past_expiry_for_other_audiences_or_keys_and_when_tampered() {
+        let key = SigningKey::generate().unwrap();
+        let issued = issue_at(
+            &key,
+            "team-a",
+            "bot",
+            "u1",
+            &spec(json!({"spec": {"audiences": ["vault"], "expirationSeconds": 600}})),
+            None,
+            NOW,
+        )
+        .unwrap();
+        let token = token_of(&issued);
+        let vault = vec!["vault".to_owned()];
+        assert!(verify_at(&key, &token, &vault, NOW).is_ok());
+        // Valid until its expiry (and kube-apiserver's leeway), not a second longer.
+        assert!(verify_at(&key, &token, &vault, NOW + 600 + LEEWAY_SECONDS - 1).is_ok());
+        assert_eq!(
+            verify_at(&key, &token, &vault, NOW + 600 + LEEWAY_SECONDS),
+            Err(Invalid::Expired)
+        );
+        assert_eq!(
+            verify_at(&key, &token, &vault, NOW - LEEWAY_SECONDS - 1),
+            Err(Invalid::NotYetValid)
+        );
+        assert_eq!(
+            verify_at(&key, &token, &api_audiences(), NOW),
+            Err(Invalid::Audience)
+        );
+        let other = SigningKey::generate().unwrap();
+        assert_eq!(
+            verify_at(&other, &token, &vault, NOW),
+            Err(Invalid::Signature)
+        );
+        // Another payload under the same signature.
+        let parts: Vec<&str> = token.split('.').collect();
+        let mut claims: Value = serde_json::from_slice(&b64().decode(parts[1]).unwrap()).unwrap();
+        claims["kubernetes.io"]["serviceaccount"]["name"] = json!("admin");
+        claims["sub"] = json!("system:serviceaccount:team-a:admin");
+        let forged = format!(
+            "{}.{}.{}",
+            parts[0],
+            b64().encode(claims.to_string()),
+            parts[2]
+        );
+        assert_eq!(
+            verify_at(&key, &forged, &vault, NOW),
+            Err(Invalid::Signature)
+        );
         assert!(matches!(
-            issue(
-                Some("k"),
-                "a",
-                "b",
-                "c",
-                &json!({"spec": {"expirationSeconds": 60}})
-            ),
+            TokenSpec::from_request(&json!({"spec": {"expirationSeconds": 60}})),
             Err(TokenError::TooShort(60))
         ));
-        assert_eq!(issued["spec"]["expirationSeconds"], 3600);
-        // Valid until its expiry, not a second longer.
-        let expires = claims.expires;
-        assert!(verify_at("admin-secret", token, expires - 1).is_some());
-        assert_eq!(verify_at("admin-secret", token, expires), None);
-        assert_eq!(verify_at("admin-secret", token, expires + 3600), None);
+        assert!(matches!(
+            TokenSpec::from_request(
+                &json!({"spec": {"boundObjectRef": {"kind": "Node", "name": "n"}}})
+            ),
+            Err(TokenError::BoundKind(_))
+        ));
+        assert_eq!(
+            spec(json!({"spec": {"expirationSeconds": 999_999}})).seconds,
+            MAX_SECONDS
+        );
+    }
+
+    #[test]
+    fn the_key_is_kept_owner_only_and_reloaded() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let first = SigningKey::load_or_create(dir.path()).unwrap();
+        let path = dir.path().join(KEY_FILE);
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let again = SigningKey::load_or_create(dir.path()).unwrap();
+        assert_eq!(first.kid(), again.kid());
+        assert_eq!(first.jwks(), again.jwks());
+        assert!(!format!("{again:?}").contains("PRIVATE"));
+        let issued = issue_at(&first, "a", "b", "c", &spec(json!({})), None, NOW).unwrap();
+        assert!(verify_at(&again, &token_of(&issued), &api_audiences(), NOW).is_ok());
+        std::fs::write(&path, "not a key").unwrap();
+        assert!(matches!(
+            SigningKey::load_or_create(dir.path()),
+            Err(TokenError::BadKey { .. })
+        ));
     }
 }

@@ -60,6 +60,9 @@ fn start_configured(limits: capstan_apiserver::conn::ConnectionLimits, anonymous
         ))
         .unwrap();
     server.set_anonymous_auth(anonymous);
+    server.set_service_account_key(
+        capstan_apiserver::builtin::tokens::SigningKey::load_or_create(&pki).unwrap(),
+    );
     runtime.spawn(capstan_apiserver::serve::serve_tls_with(
         server.router(),
         listener,

@@ -101,6 +101,10 @@ async fn serve(args: Args, style: &Style) -> anyhow::Result<Exit> {
     .await
     .context("starting the API")?;
     server.set_anonymous_auth(args.anonymous_auth);
+    server.set_service_account_key(
+        capstan_apiserver::builtin::tokens::SigningKey::load_or_create(&pki)
+            .context("preparing the ServiceAccount signing key")?,
+    );
     if let Some(dir) = &args.crds {
         let set = capstan_schema::CrdSet::load_dir(dir)
             .with_context(|| format!("reading CRDs from {}", dir.display()))?;
