@@ -16,14 +16,11 @@ use capstan_model::meta::Condition;
 use capstan_model::metal3::{
     BareMetalHost, BareMetalHostStatus, HardwareData, HardwareDataSpec, OperationMetric,
 };
+use capstan_runtime::secrets::SecretCache;
 use capstan_runtime::{Action, Context, EventType, Reconciler};
 use capstan_runtime::{conditions, patch};
-use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kube::runtime::controller::Controller;
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -127,7 +124,7 @@ fn host_key(host: &BareMetalHost) -> HostKey {
 
 /// The credentials of the host's BMC, with the Secret's resourceVersion; `Err` says what is wrong.
 async fn read_credentials(
-    client: &Client,
+    secrets: &SecretCache,
     host: &BareMetalHost,
     namespace: &str,
 ) -> Result<Result<(Credentials, Option<String>), String>, HostError> {
@@ -140,8 +137,7 @@ async fn read_credentials(
                 .into(),
         ));
     }
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    let found = match secrets.get_opt(&bmc.credentials_name).await {
+    let found = match secrets.get(namespace, &bmc.credentials_name).await {
         // A Secret that cannot be decoded (data that is not base64, stored before the API refused
         // such Secrets): the host says which Secret, never what the decoder saw (it quotes values).
         Err(kube::Error::SerdeError(_)) => {
@@ -163,7 +159,7 @@ async fn read_credentials(
             bmc.credentials_name
         )));
     };
-    let data = secret.data.unwrap_or_default();
+    let data = secret.data.clone().unwrap_or_default();
     let value = |key: &str| {
         data.get(key)
             .and_then(|v| String::from_utf8(v.0.clone()).ok())
@@ -173,7 +169,7 @@ async fn read_credentials(
     match (value("username"), value("password")) {
         (Some(username), Some(password)) => Ok(Ok((
             Credentials::new(username, password),
-            secret.metadata.resource_version,
+            secret.metadata.resource_version.clone(),
         ))),
         _ => Ok(Err(format!(
             "BMC credentials Secret {namespace}/{} needs non-empty username and password keys",
@@ -187,6 +183,7 @@ impl HostController {
     async fn provisioner_for(
         &self,
         client: &Client,
+        secrets: &SecretCache,
         host: &BareMetalHost,
         namespace: &str,
     ) -> Result<(Option<Arc<dyn Provisioner>>, Option<String>, Option<String>), HostError> {
@@ -197,7 +194,7 @@ impl HostController {
             Ok(address) => address,
             Err(err) => return Ok((None, Some(format!("spec.bmc.address: {err}")), None)),
         };
-        let (credentials, version) = match read_credentials(client, host, namespace).await? {
+        let (credentials, version) = match read_credentials(secrets, host, namespace).await? {
             Ok(found) => found,
             Err(message) => return Ok((None, Some(message), None)),
         };
@@ -230,11 +227,10 @@ impl HostController {
     /// The host's config drive from its Secrets.
     async fn config_drive(
         &self,
-        client: &Client,
+        secrets: &SecretCache,
         host: &BareMetalHost,
         namespace: &str,
     ) -> Result<Result<Arc<Vec<u8>>, String>, HostError> {
-        let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
         let read = |field: &'static str, name: Option<String>, keys: &'static [&'static str]| {
             let secrets = secrets.clone();
             let namespace = namespace.to_owned();
@@ -243,7 +239,7 @@ impl HostController {
                     return Ok::<_, HostError>(Ok(None));
                 };
                 let Some(secret) = secrets
-                    .get_opt(&name)
+                    .get(&namespace, &name)
                     .await
                     .map_err(api_error("reading", "Secret", &namespace, &name))?
                 else {
@@ -253,7 +249,7 @@ impl HostController {
                         name,
                     }));
                 };
-                let data = secret.data.unwrap_or_default();
+                let data = secret.data.clone().unwrap_or_default();
                 match keys.iter().find_map(|k| data.get(*k)) {
                     Some(value) => Ok(Ok(Some(value.0.clone()))),
                     None => Ok(Err(ConfigDriveError::KeyMissing {
@@ -367,29 +363,23 @@ impl Reconciler for HostController {
         self.settings.concurrency
     }
 
-    fn configure(
-        &self,
-        controller: Controller<BareMetalHost>,
-        client: &Client,
-    ) -> Controller<BareMetalHost> {
-        let hosts = controller.store();
-        // A changed credentials Secret re-registers the hosts that name it.
-        controller.watches(
-            Api::<Secret>::all(client.clone()),
-            watcher::Config::default(),
-            move |secret: Secret| {
-                hosts
-                    .state()
-                    .into_iter()
-                    .filter(|h| {
-                        h.metadata.namespace == secret.metadata.namespace
-                            && h.spec.bmc.as_ref().map(|b| Some(&b.credentials_name))
-                                == Some(secret.metadata.name.as_ref())
-                    })
-                    .map(|h| ObjectRef::from_obj(&*h))
-                    .collect::<Vec<_>>()
-            },
-        )
+    /// The BMC credentials and the config drive's Secrets: a changed one re-registers or
+    /// re-renders the hosts that name it.
+    fn secret_names(&self, host: &BareMetalHost) -> Vec<String> {
+        let spec = &host.spec;
+        spec.bmc
+            .as_ref()
+            .map(|b| b.credentials_name.clone())
+            .into_iter()
+            .chain(spec.user_data.as_ref().and_then(|r| r.name.clone()))
+            .chain(spec.network_data.as_ref().and_then(|r| r.name.clone()))
+            .chain(spec.meta_data.as_ref().and_then(|r| r.name.clone()))
+            .filter(|name| !name.is_empty())
+            .collect()
+    }
+
+    fn follows_secrets(&self) -> bool {
+        true
     }
 
     async fn reconcile(
@@ -441,10 +431,11 @@ impl Reconciler for HostController {
                 )));
             }
         }
-        let (provisioner, provisioner_error, credentials_version) =
-            self.provisioner_for(&client, &host, &namespace).await?;
+        let (provisioner, provisioner_error, credentials_version) = self
+            .provisioner_for(&client, context.secrets(), &host, &namespace)
+            .await?;
         let config_drive = if state == ProvisioningState::Provisioning && !deleting {
-            self.config_drive(&client, &host, &namespace)
+            self.config_drive(context.secrets(), &host, &namespace)
                 .await?
                 .map(Some)
         } else {

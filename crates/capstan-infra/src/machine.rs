@@ -25,7 +25,6 @@ use crate::{
 use capstan_model::capi::v1beta2::{Cluster, Machine};
 use capstan_model::meta::Condition;
 use capstan_runtime::{Action, Context, Reconciler};
-use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::NamespaceResourceScope;
 use kube::runtime::controller::Controller;
@@ -378,12 +377,14 @@ impl<P: InfraMachineProvider> InfraMachineController<P> {
         }
         let bootstrap = match owner.spec.bootstrap.data_secret_name.as_deref() {
             Some(secret_name) => {
-                let secret = Api::<Secret>::namespaced(client.clone(), &namespace)
-                    .get_opt(secret_name)
+                // From memory: the bootstrap provider writes the data once and never changes it.
+                let secret = context
+                    .secrets()
+                    .get(&namespace, secret_name)
                     .await
                     .map_err(api_error("reading", "Secret", &namespace, secret_name))?;
                 secret.and_then(|secret| {
-                    let data = secret.data.unwrap_or_default();
+                    let data = secret.data.clone().unwrap_or_default();
                     let value = data.get("value")?.0.clone();
                     let format = data
                         .get("format")

@@ -34,6 +34,7 @@ use capstan_model::capi::v1beta2::{Cluster, Machine};
 use capstan_model::kubeadm::v1beta2::KubeadmConfig;
 use capstan_model::meta::{Condition, LABEL_CLUSTER_NAME, LABEL_CONTROL_PLANE};
 use capstan_runtime::conditions::{self, FALSE, TRUE};
+use capstan_runtime::secrets::SecretCache;
 use capstan_runtime::{Action, Context, EventType, Reconciler};
 use capstan_workload::{ClusterKey, SharedWorkloadAccess, WorkloadError};
 use k8s_openapi::ByteString;
@@ -423,11 +424,10 @@ impl BootstrapController {
     }
 
     async fn resolve_files(
-        client: &Client,
+        secrets: &SecretCache,
         spec: &Value,
         namespace: &str,
     ) -> Result<Result<(Vec<WriteFile>, Vec<(String, String)>), String>, BootstrapError> {
-        let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
         let mut files = Vec::new();
         let items = spec
             .get("files")
@@ -445,10 +445,10 @@ impl BootstrapController {
                     let name = from.get("name").and_then(Value::as_str).unwrap_or_default();
                     let key = from.get("key").and_then(Value::as_str).unwrap_or_default();
                     let secret = secrets
-                        .get_opt(name)
+                        .get(namespace, name)
                         .await
                         .map_err(api_error("reading", "Secret", namespace, name))?;
-                    match secret.as_ref().and_then(|s| secret_text(s, key)) {
+                    match secret.as_deref().and_then(|s| secret_text(s, key)) {
                         Some(content) => content,
                         None => {
                             return Ok(Err(format!(
@@ -496,10 +496,10 @@ impl BootstrapController {
             let name = from.get("name").and_then(Value::as_str).unwrap_or_default();
             let key = from.get("key").and_then(Value::as_str).unwrap_or_default();
             let secret = secrets
-                .get_opt(name)
+                .get(namespace, name)
                 .await
                 .map_err(api_error("reading", "Secret", namespace, name))?;
-            match secret.as_ref().and_then(|s| secret_text(s, key)) {
+            match secret.as_deref().and_then(|s| secret_text(s, key)) {
                 Some(password) => passwords.push((
                     user.get("name")
                         .and_then(Value::as_str)
@@ -623,8 +623,9 @@ impl BootstrapController {
         machine: &Machine,
         cluster: &Cluster,
         namespace: &str,
-        client: &Client,
+        context: &Context,
     ) -> Result<Outcome, BootstrapError> {
+        let (client, cache) = (context.client(), context.secrets());
         let name = config.name_any();
         let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
         let cluster_name = cluster.name_any();
@@ -633,8 +634,10 @@ impl BootstrapController {
         if initialized {
             Self::release_init_lock(client, &cluster_name, namespace).await?;
         }
-        if secrets
-            .get_opt(&name)
+        // From memory: the Secret trigger records a deletion before this reconcile runs, and one
+        // not seen yet is read live.
+        if cache
+            .get(namespace, &name)
             .await
             .map_err(api_error("reading", "Secret", namespace, &name))?
             .is_some()
@@ -716,7 +719,7 @@ impl BootstrapController {
             }
             Role::Init
         };
-        let (files, passwords) = match Self::resolve_files(client, spec, namespace).await? {
+        let (files, passwords) = match Self::resolve_files(cache, spec, namespace).await? {
             Ok(resolved) => resolved,
             Err(message) => {
                 return Ok(Outcome::Waiting {
@@ -736,6 +739,7 @@ impl BootstrapController {
                 certificates = Some(
                     certs::lookup_or_generate(
                         client,
+                        cache,
                         namespace,
                         &cluster_name,
                         Some(owner_cluster),
@@ -756,9 +760,9 @@ impl BootstrapController {
                 kubeadm_api::init_documents(spec, &facts, api)
             }
             Role::JoinControlPlane | Role::JoinWorker => {
-                let ca = lookup_ca(client, namespace, &cluster_name).await?;
+                let ca = lookup_ca(cache, namespace, &cluster_name).await?;
                 certificates = if role == Role::JoinControlPlane {
-                    certs::lookup(client, namespace, &cluster_name).await?
+                    certs::lookup(cache, namespace, &cluster_name).await?
                 } else {
                     None
                 };
@@ -875,14 +879,13 @@ impl BootstrapController {
 
 /// The cluster CA's key pair (joining nodes pin its public key).
 async fn lookup_ca(
-    client: &Client,
+    secrets: &SecretCache,
     namespace: &str,
     cluster: &str,
 ) -> Result<Option<KeyMaterial>, BootstrapError> {
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let name = Purpose::ClusterCa.secret_name(cluster);
     let Some(secret) = secrets
-        .get_opt(&name)
+        .get(namespace, &name)
         .await
         .map_err(api_error("reading", "Secret", namespace, &name))?
     else {
@@ -924,6 +927,24 @@ impl Reconciler for BootstrapController {
         true
     }
 
+    /// Its data Secret (named as the config) and the Secrets its files are read from: a change
+    /// re-renders (a deleted data Secret is written again).
+    fn secret_names(&self, config: &KubeadmConfig) -> Vec<String> {
+        std::iter::once(config.name_any())
+            .chain(config.spec.files.iter().filter_map(|file| {
+                file.content_from
+                    .as_ref()?
+                    .pointer("/secret/name")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            }))
+            .collect()
+    }
+
+    fn follows_secrets(&self) -> bool {
+        true
+    }
+
     fn configure(
         &self,
         controller: Controller<KubeadmConfig>,
@@ -932,10 +953,6 @@ impl Reconciler for BootstrapController {
         controller
             .owns(
                 Api::<ConfigMap>::all(client.clone()),
-                watcher::Config::default(),
-            )
-            .owns(
-                Api::<Secret>::all(client.clone()),
                 watcher::Config::default(),
             )
             .watches(
@@ -1012,23 +1029,22 @@ impl Reconciler for BootstrapController {
             ),
             (Some(machine), Some(cluster)) => {
                 let outcome = self
-                    .decide(&config, &spec, machine, cluster, &namespace, client)
+                    .decide(&config, &spec, machine, cluster, &namespace, &context)
                     .await?;
-                if let Outcome::Ready { .. } = outcome {
-                    let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
-                    if let Some(data) = secrets
-                        .get_opt(&name)
+                if let Outcome::Ready { .. } = outcome
+                    && let Some(data) = context
+                        .secrets()
+                        .get(&namespace, &name)
                         .await
                         .map_err(api_error("reading", "Secret", &namespace, &name))?
-                    {
-                        requeue = self
-                            .refresh_token(
-                                &data,
-                                machine,
-                                &ClusterKey::new(&namespace, cluster.name_any()),
-                            )
-                            .await?;
-                    }
+                {
+                    requeue = self
+                        .refresh_token(
+                            &data,
+                            machine,
+                            &ClusterKey::new(&namespace, cluster.name_any()),
+                        )
+                        .await?;
                 }
                 outcome
             }

@@ -23,6 +23,8 @@
 
 use base64::Engine;
 use capstan_model::meta::LABEL_CLUSTER_NAME;
+use capstan_runtime::Context;
+use capstan_runtime::secrets::SecretCache;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -34,6 +36,7 @@ use rcgen::{
 };
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// The Secret type Cluster API gives every Secret it writes.
 pub const CLUSTER_SECRET_TYPE: &str = "cluster.x-k8s.io/secret";
@@ -434,16 +437,15 @@ pub async fn create_or_get(api: &Api<Secret>, secret: &Secret) -> Result<Secret,
 
 /// Reads the certificate Secrets of `cluster`; `None` when any is missing.
 pub async fn lookup(
-    client: &Client,
+    secrets: &SecretCache,
     namespace: &str,
     cluster: &str,
 ) -> Result<Option<ClusterCertificates>, CertError> {
-    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let mut found = Vec::with_capacity(4);
     for purpose in Purpose::ALL {
         let name = purpose.secret_name(cluster);
-        match api
-            .get_opt(&name)
+        match secrets
+            .get(namespace, &name)
             .await
             .map_err(api_error("reading", namespace, &name))?
         {
@@ -465,9 +467,10 @@ fn assemble(found: Vec<KeyMaterial>) -> Option<ClusterCertificates> {
 }
 
 /// Reads the certificate Secrets of `cluster`, generating (owned by `owner`) those that are missing.
-/// Existing Secrets are never replaced.
+/// Existing Secrets are never replaced (so they are read from `secrets`' memory).
 pub async fn lookup_or_generate(
     client: &Client,
+    secrets: &SecretCache,
     namespace: &str,
     cluster: &str,
     owner: Option<OwnerReference>,
@@ -476,8 +479,8 @@ pub async fn lookup_or_generate(
     let mut found = Vec::with_capacity(4);
     for purpose in Purpose::ALL {
         let name = purpose.secret_name(cluster);
-        let secret = match api
-            .get_opt(&name)
+        let secret = match secrets
+            .get(namespace, &name)
             .await
             .map_err(api_error("reading", namespace, &name))?
         {
@@ -495,8 +498,9 @@ pub async fn lookup_or_generate(
                     ]),
                 );
                 let created = create_or_get(&api, &secret).await?;
+                secrets.observe(&created);
                 tracing::info!(namespace, cluster, secret = %name, "generated the {}", purpose.describe());
-                created
+                Arc::new(created)
             }
         };
         found.push(key_material(&secret, namespace)?);
@@ -625,7 +629,7 @@ fn owned_by_control_plane(secret: &Secret) -> bool {
 /// control plane owns when it is due at `now` ([`renewal_due`]): the Secret is rewritten (guarded
 /// by its resourceVersion) with the same server and a new client certificate signed by `ca`.
 pub async fn ensure_kubeconfig(
-    client: &Client,
+    context: &Context,
     namespace: &str,
     cluster: &str,
     server: &str,
@@ -633,10 +637,13 @@ pub async fn ensure_kubeconfig(
     owner: Option<OwnerReference>,
     now: jiff::Timestamp,
 ) -> Result<KubeconfigOutcome, CertError> {
+    let (client, secrets) = (context.client(), context.secrets());
     let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let name = format!("{cluster}-kubeconfig");
-    let existing = api
-        .get_opt(&name)
+    // From memory: a renewal is guarded by the resourceVersion read, so an older copy only costs a
+    // conflict and a retry.
+    let existing = secrets
+        .get(namespace, &name)
         .await
         .map_err(api_error("reading", namespace, &name))?;
     let issue = || -> Result<(KeyMaterial, jiff::Timestamp), CertError> {
@@ -663,7 +670,7 @@ pub async fn ensure_kubeconfig(
                 kubeconfig(cluster, server, ca, &admin).into_bytes(),
             )]),
         );
-        create_or_get(&api, &secret).await?;
+        secrets.observe(&create_or_get(&api, &secret).await?);
         tracing::info!(namespace, cluster, secret = %name, "wrote the admin kubeconfig");
         return Ok(KubeconfigOutcome::Created { expires });
     };
@@ -690,13 +697,15 @@ pub async fn ensure_kubeconfig(
         "metadata": {"resourceVersion": existing.metadata.resource_version},
         "data": {KUBECONFIG_VALUE: base64::engine::general_purpose::STANDARD.encode(value)},
     });
-    api.patch(
-        &name,
-        &kube::api::PatchParams::default(),
-        &kube::api::Patch::Merge(&patch),
-    )
-    .await
-    .map_err(api_error("renewing", namespace, &name))?;
+    let renewed = api
+        .patch(
+            &name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .map_err(api_error("renewing", namespace, &name))?;
+    secrets.observe(&renewed);
     tracing::info!(namespace, cluster, secret = %name, previous = %previous, expires = %expires, "renewed the admin kubeconfig's client certificate");
     Ok(KubeconfigOutcome::Renewed { previous, expires })
 }

@@ -923,9 +923,14 @@ impl Reconciler for ControlPlaneController {
             controller: Some(true),
             block_owner_deletion: Some(true),
         };
-        let certificates =
-            certs::lookup_or_generate(client, &namespace, &cluster_name, Some(owner.clone()))
-                .await?;
+        let certificates = certs::lookup_or_generate(
+            client,
+            context.secrets(),
+            &namespace,
+            &cluster_name,
+            Some(owner.clone()),
+        )
+        .await?;
         let endpoint = cluster
             .spec
             .control_plane_endpoint
@@ -937,7 +942,7 @@ impl Reconciler for ControlPlaneController {
                 .filter(|p| *p != 0)
                 .unwrap_or(6443);
             let outcome = certs::ensure_kubeconfig(
-                client,
+                &context,
                 &namespace,
                 &cluster_name,
                 &certs::server_url(&endpoint.host, port),

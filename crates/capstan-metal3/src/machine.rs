@@ -285,25 +285,28 @@ impl Metal3MachineProvider {
     /// Writes (creating or replacing) Secret `name` with `data`, owned by `machine`.
     async fn ensure_secret(
         &self,
-        client: &Client,
+        context: &Context,
         machine: &Metal3Machine,
         name: &str,
         data: BTreeMap<String, ByteString>,
     ) -> Result<(), Metal3Error> {
         let namespace = machine.namespace().unwrap_or_default();
-        let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
-        let current = secrets
-            .get_opt(name)
+        let secrets: Api<Secret> = Api::namespaced(context.client().clone(), &namespace);
+        // From memory: an older copy costs at most a patch that writes the same data again.
+        let current = context
+            .secrets()
+            .get(&namespace, name)
             .await
             .map_err(api("reading", "Secret", &namespace, name))?;
         match current {
             Some(secret) if secret.data.as_ref() == Some(&data) => Ok(()),
             Some(_) => {
                 let patch = json!({"data": data});
-                secrets
+                let updated = secrets
                     .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await
                     .map_err(api("updating", "Secret", &namespace, name))?;
+                context.secrets().observe(&updated);
                 Ok(())
             }
             None => {
@@ -324,7 +327,10 @@ impl Metal3MachineProvider {
                     ..Default::default()
                 };
                 match secrets.create(&PostParams::default(), &secret).await {
-                    Ok(_) => Ok(()),
+                    Ok(created) => {
+                        context.secrets().observe(&created);
+                        Ok(())
+                    }
                     Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
                     Err(err) => Err(api("creating", "Secret", &namespace, name)(err)),
                 }
@@ -336,7 +342,7 @@ impl Metal3MachineProvider {
     async fn configure_host(
         &self,
         request: &MachineRequest<'_, Metal3Machine>,
-        client: &Client,
+        context: &Context,
         host: &BareMetalHost,
         rendered: Option<&RenderedData>,
     ) -> Result<Result<bool, Waiting>, Metal3Error> {
@@ -359,7 +365,7 @@ impl Metal3MachineProvider {
                 "format".to_owned(),
                 ByteString(bootstrap.format.clone().into_bytes()),
             );
-            self.ensure_secret(client, machine, &user_data_secret(&name), data)
+            self.ensure_secret(context, machine, &user_data_secret(&name), data)
                 .await?;
         }
         let mut meta = serde_json::Map::new();
@@ -375,7 +381,7 @@ impl Metal3MachineProvider {
             "metaData".to_owned(),
             ByteString(serde_json::to_vec(&Value::Object(meta)).unwrap_or_default()),
         );
-        self.ensure_secret(client, machine, &meta_data_secret(&name), meta_secret)
+        self.ensure_secret(context, machine, &meta_data_secret(&name), meta_secret)
             .await?;
         let ours = data::network_data_names(&name);
         let network = host::network_data_choice(
@@ -439,7 +445,7 @@ impl Metal3MachineProvider {
         }
         let host_name = host.name_any();
         let patch = json!({"metadata": {"resourceVersion": host.resource_version()}, "spec": spec});
-        match Api::<BareMetalHost>::namespaced(client.clone(), &namespace)
+        match Api::<BareMetalHost>::namespaced(context.client().clone(), &namespace)
             .patch(&host_name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
         {
@@ -653,7 +659,7 @@ impl InfraMachineProvider for Metal3MachineProvider {
         };
         if !request.already_provisioned {
             match self
-                .configure_host(request, client, &host, rendered.as_ref())
+                .configure_host(request, context, &host, rendered.as_ref())
                 .await?
             {
                 Ok(true) => {

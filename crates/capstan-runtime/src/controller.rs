@@ -16,20 +16,23 @@
 //! Reconcilers stay level-triggered: they look at the object as it is, make one pass, write status
 //! once, and return an [`Action`]. A failed pass is retried by the requeue, never by a loop inside.
 
+use crate::index::KeyIndex;
 use crate::metrics::{ControllerMetrics, ReconcileResult};
 use crate::pauses::{
     ClusterPauses, Pause, cluster_is_paused, cluster_resource, has_paused_annotation,
 };
+use crate::secrets::SecretCache;
 use crate::watches::{Cache, Caches, WatchError};
 use crate::{CancellationToken, RuntimeError, Task, TaskEnv};
 use capstan_model::meta::LABEL_CLUSTER_NAME;
 use futures::StreamExt;
 use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::{self, Action, Config, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::reflector;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -76,6 +79,18 @@ pub trait Reconciler: Send + Sync + 'static {
     /// default reads the `cluster.x-k8s.io/cluster-name` label.
     fn cluster_name(&self, object: &Self::Object) -> Option<String> {
         object.labels().get(LABEL_CLUSTER_NAME).cloned()
+    }
+
+    /// The Secrets (in the object's namespace) a reconcile of `object` reads. The harness
+    /// re-triggers the object when one of them changes, after the process's Secret cache
+    /// ([`Context::secrets`]) has seen that change, so the next reconcile reads it.
+    fn secret_names(&self, _object: &Self::Object) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// Whether [`Reconciler::secret_names`] names any: the harness then watches Secrets.
+    fn follows_secrets(&self) -> bool {
+        false
     }
 
     /// Whether objects follow their Cluster's pause. When true, the harness watches Clusters and
@@ -163,6 +178,7 @@ pub struct Context {
     controller: &'static str,
     caches: Caches,
     shutdown: CancellationToken,
+    secrets: SecretCache,
 }
 
 impl Context {
@@ -175,20 +191,35 @@ impl Context {
                 instance: Some(identity.to_owned()),
             },
         );
+        let shutdown = CancellationToken::new();
         Self {
+            secrets: SecretCache::new(client.clone(), shutdown.clone()),
             client,
             recorder,
             controller,
             caches: Caches::default(),
-            shutdown: CancellationToken::new(),
+            shutdown,
         }
     }
 
     /// The same context, whose caches stop when `shutdown` is cancelled.
     #[must_use]
     pub fn with_shutdown(mut self, shutdown: CancellationToken) -> Self {
+        self.secrets = SecretCache::new(self.client.clone(), shutdown.clone());
         self.shutdown = shutdown;
         self
+    }
+
+    /// The same context, reading Secrets through `secrets` (the cache of the whole process).
+    #[must_use]
+    pub fn with_secrets(mut self, secrets: SecretCache) -> Self {
+        self.secrets = secrets;
+        self
+    }
+
+    /// Secrets from memory, read live when the cache cannot answer (see [`SecretCache`]).
+    pub fn secrets(&self) -> &SecretCache {
+        &self.secrets
     }
 
     /// A cache of every object of `K`, started and filled on first use (see [`Cache`]).
@@ -535,20 +566,42 @@ async fn run_controller<R: Reconciler>(
         reconciler: reconciler.clone(),
         context: Arc::new(
             Context::new(env.client.clone(), name, &env.identity)
-                .with_shutdown(env.shutdown.child_token()),
+                .with_shutdown(env.shutdown.child_token())
+                .with_secrets(env.secrets.clone()),
         ),
         metrics: env.metrics.clone(),
         backoff: Backoff::default(),
         pauses: env.pauses.clone(),
     });
-    let mut controller = Controller::new(
-        Api::<R::Object>::all(env.client.clone()),
-        watcher::Config::default(),
+    // The controller's own watch fills its store and, first, the index of its objects by Cluster
+    // that the Cluster trigger reads (a lookup instead of a scan of the store per Cluster event).
+    let mapper = reconciler.clone();
+    let by_cluster =
+        KeyIndex::new(move |o: &R::Object| mapper.cluster_name(o).into_iter().collect());
+    let mapper = reconciler.clone();
+    let by_secret = KeyIndex::new(move |o: &R::Object| mapper.secret_names(o));
+    let (store, writer) = reflector::store();
+    let (indexed, indexed_secrets) = (by_cluster.clone(), by_secret.clone());
+    let follows_secrets = reconciler.follows_secrets();
+    let objects = reflector::reflector(
+        writer,
+        watcher(
+            Api::<R::Object>::all(env.client.clone()),
+            watcher::Config::default(),
+        )
+        .inspect(move |event| {
+            if let Ok(event) = event {
+                indexed.follow(event);
+                if follows_secrets {
+                    indexed_secrets.follow(event);
+                }
+            }
+        }),
     )
-    .with_config(Config::default().concurrency(reconciler.concurrency()));
+    .applied_objects();
+    let mut controller = Controller::for_stream(objects, store)
+        .with_config(Config::default().concurrency(reconciler.concurrency()));
     if reconciler.follows_cluster_pause() {
-        let store = controller.store();
-        let mapper = reconciler.clone();
         let pauses = env.pauses.clone();
         controller = controller.watches_with(
             Api::<DynamicObject>::all_with(env.client.clone(), &cluster_resource()),
@@ -557,17 +610,32 @@ async fn run_controller<R: Reconciler>(
             move |cluster: DynamicObject| {
                 // Before the objects are queued: their reconciles see at least this version.
                 pauses.observe(&cluster);
-                store
-                    .state()
-                    .into_iter()
-                    .filter(|o| {
-                        o.meta().namespace == cluster.metadata.namespace
-                            && mapper.cluster_name(o) == cluster.metadata.name
-                    })
-                    .map(|o| ObjectRef::from_obj(&*o))
-                    .collect::<Vec<_>>()
+                match (&cluster.metadata.namespace, &cluster.metadata.name) {
+                    (Some(namespace), Some(name)) => by_cluster.lookup(namespace, name),
+                    _ => Vec::new(),
+                }
             },
         );
+    }
+    if follows_secrets {
+        let secrets = env.secrets.clone();
+        let changed = watcher(
+            Api::<Secret>::all(env.client.clone()),
+            watcher::Config::default(),
+        )
+        .inspect(move |event| {
+            // Before the readers are queued: their reconciles read at least this version.
+            if let Ok(event) = event {
+                secrets.observe_event(event);
+            }
+        })
+        .touched_objects();
+        controller = controller.watches_stream(changed, move |secret: Secret| {
+            match (&secret.metadata.namespace, &secret.metadata.name) {
+                (Some(namespace), Some(name)) => by_secret.lookup(namespace, name),
+                _ => Vec::new(),
+            }
+        });
     }
     controller = reconciler.configure(controller, &env.client);
     tracing::info!(controller = name, "controller started");

@@ -11,6 +11,9 @@
 //! - [`patch`]: merge patches of only the fields a controller changed (status and spec), never a
 //!   PUT of a typed object.
 //! - [`pauses`]: which Clusters are paused, for every controller of a process from one watch.
+//! - [`secrets`]: Secrets read from memory, for every controller of a process from one watch.
+//! - [`index`]: a controller's objects by their Cluster, kept by the controller's own watch (what
+//!   its Cluster trigger reads).
 //! - [`watches`]: triggers from the kinds an object references (by owner reference or by a label
 //!   naming it), and reflector caches for controllers that read many objects.
 //!
@@ -25,10 +28,12 @@ pub mod client;
 pub mod conditions;
 pub mod controller;
 pub mod health;
+pub mod index;
 pub mod leader;
 pub mod metrics;
 pub mod patch;
 pub mod pauses;
+pub mod secrets;
 pub mod watches;
 
 pub use client::client_from_kubeconfig;
@@ -78,6 +83,8 @@ pub struct TaskEnv {
     pub shutdown: CancellationToken,
     /// The pause of every Cluster, shared by the tasks of one run (or leadership term).
     pub pauses: pauses::ClusterPauses,
+    /// Every Secret as last seen, shared by the tasks of one run (or leadership term).
+    pub secrets: secrets::SecretCache,
 }
 
 /// Something that runs until its [`TaskEnv::shutdown`] is cancelled: a controller, or a loop such
@@ -169,6 +176,7 @@ pub async fn run(
                 make_tasks(),
                 TaskEnv {
                     pauses: pauses::ClusterPauses::new(client.clone(), options.shutdown.clone()),
+                    secrets: secrets::SecretCache::new(client.clone(), options.shutdown.clone()),
                     client,
                     metrics: options.metrics.clone(),
                     identity: options.identity.clone(),
@@ -190,6 +198,7 @@ pub async fn run(
                             metrics: options.metrics.clone(),
                             identity: options.identity.clone(),
                             pauses: pauses::ClusterPauses::new(client.clone(), term.clone()),
+                            secrets: secrets::SecretCache::new(client.clone(), term.clone()),
                             shutdown: term,
                         },
                     )

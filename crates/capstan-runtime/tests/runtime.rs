@@ -342,3 +342,201 @@ async fn cluster_pauses_follow_pausing_unpausing_and_deleting_a_cluster() {
     assert_eq!(pauses.lookup("default", "before"), Pause::Running);
     shutdown.cancel();
 }
+
+/// A controller of ConfigMaps that records, per reconcile, the value of the Secret its ConfigMap
+/// names (`data.secret`) as read through the process's Secret cache.
+struct SecretReader {
+    seen: Arc<std::sync::Mutex<Vec<(String, String)>>>,
+}
+
+impl SecretReader {
+    fn last(seen: &std::sync::Mutex<Vec<(String, String)>>, reader: &str) -> Option<String> {
+        seen.lock()
+            .unwrap()
+            .iter()
+            .rev()
+            .find(|(name, _)| name == reader)
+            .map(|(_, value)| value.clone())
+    }
+}
+
+impl capstan_runtime::Reconciler for SecretReader {
+    type Object = ConfigMap;
+    type Error = kube::Error;
+
+    fn name(&self) -> &'static str {
+        "secret-reader"
+    }
+
+    fn follows_cluster_pause(&self) -> bool {
+        true
+    }
+
+    fn secret_names(&self, map: &ConfigMap) -> Vec<String> {
+        map.data
+            .as_ref()
+            .and_then(|d| d.get("secret").cloned())
+            .into_iter()
+            .collect()
+    }
+
+    fn follows_secrets(&self) -> bool {
+        true
+    }
+
+    async fn reconcile(
+        &self,
+        map: Arc<ConfigMap>,
+        context: Arc<capstan_runtime::Context>,
+    ) -> Result<capstan_runtime::Action, kube::Error> {
+        let namespace = map.namespace().unwrap_or_default();
+        let value = match self.secret_names(&map).first() {
+            Some(name) => match context.secrets().get(&namespace, name).await? {
+                Some(secret) => secret
+                    .data
+                    .as_ref()
+                    .and_then(|d| d.get("value"))
+                    .map(|v| String::from_utf8_lossy(&v.0).into_owned())
+                    .unwrap_or_default(),
+                None => "<none>".to_owned(),
+            },
+            None => "<unnamed>".to_owned(),
+        };
+        self.seen.lock().unwrap().push((map.name_any(), value));
+        Ok(capstan_runtime::Action::await_change())
+    }
+}
+
+fn secret_with(name: &str, value: &str) -> k8s_openapi::api::core::v1::Secret {
+    k8s_openapi::api::core::v1::Secret {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("default".into()),
+            ..ObjectMeta::default()
+        },
+        data: Some(
+            [(
+                "value".to_owned(),
+                k8s_openapi::ByteString(value.as_bytes().to_vec()),
+            )]
+            .into(),
+        ),
+        ..Default::default()
+    }
+}
+
+/// A Secret update, deletion and re-creation is seen by the reconcile it triggers (the cache has
+/// the new version before the reader is queued), and objects are re-triggered through the Cluster
+/// index when their Cluster is unpaused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconciles_see_secret_changes_and_follow_their_cluster_through_the_index() {
+    use capstan_runtime::pauses::cluster_resource;
+    use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams};
+    let (_dir, client) = api().await;
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(client.clone(), "default");
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let clusters: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), "default", &cluster_resource());
+    secrets
+        .create(&PostParams::default(), &secret_with("creds", "one"))
+        .await
+        .unwrap();
+    let reader = |name: &str, cluster: Option<&str>| ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: cluster.map(|c| {
+                [(
+                    capstan_model::meta::LABEL_CLUSTER_NAME.to_owned(),
+                    c.to_owned(),
+                )]
+                .into()
+            }),
+            ..ObjectMeta::default()
+        },
+        data: Some([("secret".to_owned(), "creds".to_owned())].into()),
+        ..ConfigMap::default()
+    };
+    maps.create(&PostParams::default(), &reader("host", None))
+        .await
+        .unwrap();
+
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn({
+        let (client, shutdown, seen) = (client.clone(), shutdown.clone(), seen.clone());
+        async move {
+            capstan_runtime::run(
+                client,
+                capstan_runtime::RunOptions::new(shutdown),
+                move || {
+                    vec![capstan_runtime::controller_task(SecretReader {
+                        seen: seen.clone(),
+                    })]
+                },
+            )
+            .await
+        }
+    });
+    let last = |reader: &str| SecretReader::last(&seen, reader);
+    until("the first read", || last("host").as_deref() == Some("one")).await;
+
+    // Updated: the ConfigMap is unchanged, so only the Secret trigger wakes the reader, and the
+    // reconcile it wakes must read the new data (a cache behind the trigger would read "one" and
+    // never be woken again).
+    let patch = serde_json::json!({"data": {"value": "dHdv"}});
+    secrets
+        .patch("creds", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    until("the update", || last("host").as_deref() == Some("two")).await;
+
+    secrets
+        .delete("creds", &DeleteParams::default())
+        .await
+        .unwrap();
+    until("the deletion", || last("host").as_deref() == Some("<none>")).await;
+    secrets
+        .create(&PostParams::default(), &secret_with("creds", "three"))
+        .await
+        .unwrap();
+    until("the re-creation", || {
+        last("host").as_deref() == Some("three")
+    })
+    .await;
+
+    // An object of a paused Cluster is not reconciled; the Cluster's unpause finds it through the
+    // index and reconciles it.
+    let mut paused = DynamicObject::new("c1", &cluster_resource()).within("default");
+    paused.data = serde_json::json!({"spec": {"paused": true}});
+    clusters
+        .create(&PostParams::default(), &paused)
+        .await
+        .unwrap();
+    maps.create(&PostParams::default(), &reader("member", Some("c1")))
+        .await
+        .unwrap();
+    maps.create(&PostParams::default(), &reader("marker", None))
+        .await
+        .unwrap();
+    // The marker is reconciled after the member was queued (one watch, in order): by then the
+    // member's reconcile has found its Cluster paused.
+    until("the marker", || last("marker").is_some()).await;
+    assert_eq!(
+        last("member"),
+        None,
+        "reconciled although its Cluster is paused"
+    );
+    clusters
+        .patch(
+            "c1",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"paused": false}})),
+        )
+        .await
+        .unwrap();
+    until("the member after the unpause", || last("member").is_some()).await;
+
+    shutdown.cancel();
+    running.await.unwrap().unwrap();
+}

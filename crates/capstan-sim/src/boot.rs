@@ -14,9 +14,9 @@ use crate::cloud_config::{self, KubeadmAction};
 use crate::{ANNOTATION_BOOT_DELAY, ANNOTATION_FAULT, SimError, Simulator};
 use capstan_model::meta::LABEL_CLUSTER_NAME;
 use capstan_model::metal3::BareMetalHost;
+use capstan_runtime::secrets::SecretCache;
 use capstan_runtime::{Action, Context, EventType, Reconciler};
 use capstan_workload::ClusterKey;
-use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::{Client, ResourceExt};
 use serde_json::{Map, Value, json};
@@ -64,7 +64,10 @@ fn management_error(
 }
 
 /// The host's meta data as its config drive carries it (see `capstan-hosts`' config drive).
-async fn meta_data(client: &Client, host: &BareMetalHost) -> Result<Map<String, Value>, SimError> {
+async fn meta_data(
+    secrets: &SecretCache,
+    host: &BareMetalHost,
+) -> Result<Map<String, Value>, SimError> {
     let namespace = host.namespace().unwrap_or_default();
     let name = host.name_any();
     let mut meta = Map::new();
@@ -72,12 +75,12 @@ async fn meta_data(client: &Client, host: &BareMetalHost) -> Result<Map<String, 
     meta.insert("name".into(), json!(name));
     meta.insert("hostname".into(), json!(name));
     if let Some(secret) = host.spec.meta_data.as_ref().and_then(|r| r.name.clone()) {
-        let found = Api::<Secret>::namespaced(client.clone(), &namespace)
-            .get_opt(&secret)
+        let found = secrets
+            .get(&namespace, &secret)
             .await
             .map_err(management_error("reading", "Secret", &namespace, &secret))?;
         let extra = found
-            .and_then(|s| s.data)
+            .and_then(|s| s.data.clone())
             .and_then(|d| d.get("metaData").cloned())
             .and_then(|bytes| serde_json::from_slice::<Value>(&bytes.0).ok());
         if let Some(Value::Object(extra)) = extra {
@@ -95,16 +98,19 @@ async fn meta_data(client: &Client, host: &BareMetalHost) -> Result<Map<String, 
     Ok(meta)
 }
 
-async fn user_data(client: &Client, host: &BareMetalHost) -> Result<Option<Vec<u8>>, SimError> {
+async fn user_data(
+    secrets: &SecretCache,
+    host: &BareMetalHost,
+) -> Result<Option<Vec<u8>>, SimError> {
     let namespace = host.namespace().unwrap_or_default();
     let Some(secret) = host.spec.user_data.as_ref().and_then(|r| r.name.clone()) else {
         return Ok(None);
     };
-    let found = Api::<Secret>::namespaced(client.clone(), &namespace)
-        .get_opt(&secret)
+    let found = secrets
+        .get(&namespace, &secret)
         .await
         .map_err(management_error("reading", "Secret", &namespace, &secret))?;
-    Ok(found.and_then(|s| s.data).and_then(|d| {
+    Ok(found.and_then(|s| s.data.clone()).and_then(|d| {
         d.get("userData")
             .or_else(|| d.get("value"))
             .map(|v| v.0.clone())
@@ -232,6 +238,20 @@ impl Reconciler for BootController {
         8
     }
 
+    /// The user and meta data Secrets the boot reads: a change is in the cache before the host
+    /// is queued.
+    fn secret_names(&self, host: &BareMetalHost) -> Vec<String> {
+        [&host.spec.user_data, &host.spec.meta_data]
+            .into_iter()
+            .filter_map(|r| r.as_ref().and_then(|r| r.name.clone()))
+            .filter(|name| !name.is_empty())
+            .collect()
+    }
+
+    fn follows_secrets(&self) -> bool {
+        true
+    }
+
     async fn reconcile(
         &self,
         host: Arc<BareMetalHost>,
@@ -275,10 +295,11 @@ impl Reconciler for BootController {
         let client = context.client();
         let namespace = host.namespace().unwrap_or_default();
         let key = ClusterKey::new(namespace.clone(), cluster_name);
-        let Some(data) = user_data(client, &host).await? else {
+        // From memory: the Metal3 provider writes these once per provisioning.
+        let Some(data) = user_data(context.secrets(), &host).await? else {
             return Ok(Action::await_change());
         };
-        let meta = meta_data(client, &host).await?;
+        let meta = meta_data(context.secrets(), &host).await?;
         let version = machine_version(client, &host).await?;
         boot(
             &self.sim,
