@@ -459,6 +459,7 @@ impl KvmMachineProvider {
         let mut reasons = Vec::new();
         let asked = candidates.len();
         let mut refused = 0;
+        let mut unverified = 0;
         let namespace = machine.namespace().unwrap_or_default();
         for hypervisor in candidates {
             if let Err(waiting) = self
@@ -491,15 +492,20 @@ impl KvmMachineProvider {
                     }
                 },
                 Err(error) => {
-                    if matches!(error, DriverError::AuthFailed { .. }) {
-                        refused += 1;
+                    match error {
+                        DriverError::AuthFailed { .. } => refused += 1,
+                        DriverError::HostKeyUnverified { .. } => unverified += 1,
+                        _ => {}
                     }
                     reasons.push(format!("{}: {error}", hypervisor.name));
                 }
             }
         }
-        // Every hypervisor refused the credentials: that, not room, is what to fix.
-        let reason = if refused == asked {
+        // Every hypervisor refused the credentials (or could not be trusted): that, not room,
+        // is what to fix.
+        let reason = if unverified == asked {
+            "HypervisorHostKeyUnverified"
+        } else if refused + unverified == asked {
             "HypervisorAuthFailed"
         } else {
             "NoHypervisorFits"
@@ -663,7 +669,7 @@ impl KvmMachineProvider {
             return Ok(Err(Waiting::new(
                 "CredentialsSecretMissing",
                 format!(
-                    "hypervisor {}: Secret {namespace}/{} named by its credentialsSecretRef does not exist: create it with username and password (SASL), tls.crt, tls.key and ca.crt (qemu+tls) or ssh-privatekey (qemu+ssh)",
+                    "hypervisor {}: Secret {namespace}/{} named by its credentialsSecretRef does not exist: create it with username and password (SASL), tls.crt, tls.key and ca.crt (qemu+tls) or ssh-privatekey and known_hosts (qemu+ssh)",
                     hypervisor.name, reference.name
                 ),
             )
@@ -1031,6 +1037,7 @@ fn driver_wait(hypervisor: &str, error: &DriverError) -> Waiting {
     let reason = match error {
         DriverError::Unreachable { .. } => "HypervisorUnreachable",
         DriverError::AuthFailed { .. } => "HypervisorAuthFailed",
+        DriverError::HostKeyUnverified { .. } => "HypervisorHostKeyUnverified",
         DriverError::NoPool { .. } => "PoolMissing",
         _ => "HypervisorError",
     };
@@ -1048,7 +1055,10 @@ impl KvmMachineProvider {
         context: &Context,
     ) -> Waiting {
         let waiting = driver_wait(hypervisor, error);
-        if matches!(error, DriverError::AuthFailed { .. }) {
+        if matches!(
+            error,
+            DriverError::AuthFailed { .. } | DriverError::HostKeyUnverified { .. }
+        ) {
             context
                 .publish(
                     machine,
