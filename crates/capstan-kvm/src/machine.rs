@@ -686,6 +686,45 @@ impl KvmMachineProvider {
         Ok(Ok(()))
     }
 
+    /// The CA certificates (PEM) of the Secret `spec.image.caSecretRef` names, if it names one;
+    /// a missing Secret or key is a wait that says so.
+    async fn image_cas(
+        &self,
+        client: &Client,
+        machine: &KVMMachine,
+    ) -> Result<Result<Option<String>, Waiting>, KvmError> {
+        let Some(reference) = machine
+            .spec
+            .image
+            .as_ref()
+            .and_then(|image| image.ca_secret_ref.as_ref())
+            .filter(|r| !r.name.is_empty())
+        else {
+            return Ok(Ok(None));
+        };
+        let namespace = machine.namespace().unwrap_or_default();
+        let secret = Api::<Secret>::namespaced(client.clone(), &namespace)
+            .get_opt(&reference.name)
+            .await
+            .map_err(api("reading", "Secret", &namespace, &reference.name))?;
+        let pem = secret
+            .and_then(|s| s.data)
+            .and_then(|mut data| data.remove("ca.crt"))
+            .map(|bytes| String::from_utf8_lossy(&bytes.0).into_owned())
+            .filter(|pem| !pem.trim().is_empty());
+        match pem {
+            Some(pem) => Ok(Ok(Some(pem))),
+            None => Ok(Err(image_problem(
+                "ImageCASecretMissing",
+                format!(
+                    "Secret {namespace}/{} named by spec.image.caSecretRef does not exist or has no ca.crt: create it with the PEM certificate of the CA that signed the image server's certificate",
+                    reference.name
+                ),
+            )
+            .retry_after(PLACEMENT_RETRY))),
+        }
+    }
+
     /// The base image volume for `image` in `pool`, streamed there and verified when it is not
     /// there yet; its path, or why not.
     async fn ensure_base(
@@ -693,6 +732,7 @@ impl KvmMachineProvider {
         uri: &str,
         pool: &str,
         image: &KvmImage,
+        extra_cas: Option<&str>,
     ) -> Result<Result<String, Waiting>, DriverError> {
         let Some(checksum) = image.checksum.as_deref().filter(|c| !c.is_empty()) else {
             return Ok(Err(image_problem(
@@ -762,7 +802,7 @@ impl KvmMachineProvider {
             // Another machine may have fetched it while this one waited.
             if !self.driver.volumes(uri, pool, &name).await?.contains(&name) {
                 match self
-                    .fetch_base(uri, config.clone(), image, checksum)
+                    .fetch_base(uri, config.clone(), image, checksum, extra_cas)
                     .await?
                 {
                     Ok(()) => {
@@ -813,8 +853,9 @@ impl KvmMachineProvider {
         mut config: VolumeConfig,
         image: &KvmImage,
         checksum: &str,
+        extra_cas: Option<&str>,
     ) -> Result<Result<(), ImageError>, DriverError> {
-        let opened = match image::open(&image.url, self.image_limit).await {
+        let opened = match image::open(&image.url, self.image_limit, extra_cas).await {
             Ok(opened) => opened,
             Err(error) => return Ok(Err(error)),
         };
@@ -847,9 +888,9 @@ impl KvmMachineProvider {
         request: &MachineRequest<'_, KVMMachine>,
         cluster: &KVMCluster,
         hypervisor: &KvmHypervisor,
-        domain: &str,
-        uuid: &str,
+        (domain, uuid): (&str, &str),
         fresh: bool,
+        extra_cas: Option<&str>,
     ) -> Result<Result<Vec<DiskConfig>, Waiting>, DriverError> {
         let machine = request.machine;
         let uri = &hypervisor.uri;
@@ -867,7 +908,7 @@ impl KvmMachineProvider {
         };
         let mut disks = Vec::new();
         let backing = match &machine.spec.image {
-            Some(image) => match self.ensure_base(uri, &pool, image).await? {
+            Some(image) => match self.ensure_base(uri, &pool, image, extra_cas).await? {
                 Ok(path) => Some((
                     path,
                     image.format.clone().unwrap_or_else(|| "qcow2".to_owned()),
@@ -1181,17 +1222,21 @@ impl InfraMachineProvider for KvmMachineProvider {
             Some(status) if request.already_provisioned => status,
             _ => {
                 let storage_started = std::time::Instant::now();
-                let disks = match self
-                    .ensure_storage(
-                        request,
-                        &cluster,
-                        &hypervisor,
-                        &domain,
-                        &uuid,
-                        existing.is_none(),
-                    )
-                    .await
-                {
+                let storage = match self.image_cas(context.client(), machine).await? {
+                    Ok(extra_cas) => {
+                        self.ensure_storage(
+                            request,
+                            &cluster,
+                            &hypervisor,
+                            (&domain, &uuid),
+                            existing.is_none(),
+                            extra_cas.as_deref(),
+                        )
+                        .await
+                    }
+                    Err(waiting) => Ok(Err(waiting)),
+                };
+                let disks = match storage {
                     Ok(Ok(disks)) => disks,
                     Ok(Err(waiting)) => {
                         if waiting.reason.starts_with("Image")
@@ -1508,7 +1553,7 @@ mod tests {
 
     /// Streams `image` as the provider does; what arrived and how it ended.
     async fn stream(image: &KvmImage) -> (Vec<u8>, Result<(), String>) {
-        let opened = match crate::image::open(&image.url, 1 << 20).await {
+        let opened = match crate::image::open(&image.url, 1 << 20, None).await {
             Ok(opened) => opened,
             Err(error) => return (Vec::new(), Err(error.reason().to_owned())),
         };

@@ -55,6 +55,9 @@ pub struct KvmImage {
     /// `qcow2` (the default) or `raw`.
     #[schemars(extend("enum" = ["qcow2", "raw"], "x-capstan-default" = "qcow2"))]
     pub format: Option<String>,
+    /// Secret (in the machine's namespace) whose `ca.crt` holds the PEM CA certificates an
+    /// `https://` image server's certificate may chain to, besides the system's.
+    pub ca_secret_ref: Option<LocalSecretReference>,
 }
 
 /// One NIC: on a libvirt network or a host bridge.

@@ -180,6 +180,7 @@ fn machine_template(
             checksum: Some(kvm.image.checksum.trim().to_owned()),
             checksum_type: kvm.image.checksum_type.clone(),
             format: kvm.image.format.clone(),
+            ca_secret_ref: None,
         }),
         networks: vm
             .networks
