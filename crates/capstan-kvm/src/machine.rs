@@ -1114,23 +1114,9 @@ impl KvmMachineProvider {
     }
 }
 
-impl InfraMachineProvider for KvmMachineProvider {
-    type Machine = KVMMachine;
-    type Error = KvmError;
-
-    fn name(&self) -> &'static str {
-        MACHINE_CONTROLLER
-    }
-
-    fn finalizer(&self) -> &'static str {
-        MACHINE_FINALIZER
-    }
-
-    fn concurrency(&self) -> u16 {
-        8
-    }
-
-    async fn ensure(
+impl KvmMachineProvider {
+    /// [`InfraMachineProvider::ensure`] once every NIC's address is known.
+    async fn ensure_addressed(
         &self,
         request: &MachineRequest<'_, KVMMachine>,
         context: &Context,
@@ -1365,6 +1351,169 @@ impl InfraMachineProvider for KvmMachineProvider {
             conditions: extra,
             requeue_after,
         }))
+    }
+}
+
+/// IPClaim names: one per NIC that takes its address from an IPPool.
+pub fn ip_claim_name(machine: &str, nic: usize) -> String {
+    format!("{machine}-nic{nic}")
+}
+
+/// Static addresses from IPPools: for each NIC with `ipPoolRef`, an IPClaim
+/// [`ip_claim_name`] (owned by the KVMMachine, so it goes with it and its address returns to the
+/// pool) that capstan's IPAM controller answers with an IPAddress. The machine with those
+/// addresses and gateways written into its networks; `None` when no NIC takes one from a pool;
+/// a wait while a claim is unanswered.
+async fn pool_addresses(
+    client: &Client,
+    machine: &KVMMachine,
+) -> Result<Result<Option<KVMMachine>, Waiting>, KvmError> {
+    use capstan_model::ipam::{IPAddress, IPClaim};
+    if machine
+        .spec
+        .networks
+        .iter()
+        .all(|n| n.ip_pool_ref.is_none())
+    {
+        return Ok(Ok(None));
+    }
+    let namespace = machine.namespace().unwrap_or_default();
+    let name = machine.name_any();
+    let claims: Api<IPClaim> = Api::namespaced(client.clone(), &namespace);
+    let addresses: Api<IPAddress> = Api::namespaced(client.clone(), &namespace);
+    let mut addressed = machine.clone();
+    let mut missing = Vec::new();
+    for (index, network) in addressed.spec.networks.iter_mut().enumerate() {
+        let Some(pool) = network.ip_pool_ref.as_ref().map(|p| p.name.clone()) else {
+            continue;
+        };
+        if network.address.is_some() {
+            return Ok(Err(Waiting::new(
+                "InvalidSpec",
+                format!(
+                    "spec.networks[{index}] has both address and ipPoolRef: keep one (ipPoolRef gives each machine of a template its own address)"
+                ),
+            )));
+        }
+        let claim_name = ip_claim_name(&name, index);
+        let found = claims.get_opt(&claim_name).await.map_err(api(
+            "reading",
+            "IPClaim",
+            &namespace,
+            &claim_name,
+        ))?;
+        let Some(claim) = found else {
+            let mut claim = IPClaim::new(&claim_name, Some(&namespace), Default::default());
+            claim.spec.pool.name = Some(pool.clone());
+            claim.spec.pool.namespace = Some(namespace.clone());
+            if let Some(cluster) = machine.labels().get(LABEL_CLUSTER_NAME) {
+                claim.metadata.labels = Some(
+                    [(LABEL_CLUSTER_NAME.to_owned(), cluster.clone())]
+                        .into_iter()
+                        .collect(),
+                );
+            }
+            claim.metadata.owner_references = machine.uid().map(|uid| {
+                vec![
+                    k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                        api_version: "infrastructure.cluster.x-k8s.io/v1beta2".into(),
+                        kind: "KVMMachine".into(),
+                        name: name.clone(),
+                        uid,
+                        controller: Some(true),
+                        block_owner_deletion: Some(true),
+                    },
+                ]
+            });
+            match claims
+                .create(&kube::api::PostParams::default(), &claim)
+                .await
+            {
+                Ok(_) => {}
+                // Made by an earlier pass the cache had not seen.
+                Err(kube::Error::Api(response)) if response.code == 409 => {}
+                Err(error) => {
+                    return Err(api("creating", "IPClaim", &namespace, &claim_name)(error));
+                }
+            }
+            missing.push(format!("IPPool {pool} (IPClaim {claim_name} created)"));
+            continue;
+        };
+        let status = claim.status.unwrap_or_default();
+        if let Some(error) = status.error_message.filter(|e| !e.is_empty()) {
+            missing.push(format!("IPPool {pool}: {error}"));
+            continue;
+        }
+        let Some(address_name) = status.address.and_then(|a| a.name) else {
+            missing.push(format!(
+                "IPPool {pool} (IPClaim {claim_name} waiting for an address)"
+            ));
+            continue;
+        };
+        let Some(address) = addresses.get_opt(&address_name).await.map_err(api(
+            "reading",
+            "IPAddress",
+            &namespace,
+            &address_name,
+        ))?
+        else {
+            missing.push(format!("IPPool {pool} (IPAddress {address_name} missing)"));
+            continue;
+        };
+        network.address = Some(match address.spec.prefix {
+            Some(prefix) => format!("{}/{prefix}", address.spec.address),
+            None => address.spec.address.clone(),
+        });
+        if network.gateway.is_none() {
+            network.gateway = address.spec.gateway.clone();
+        }
+    }
+    if missing.is_empty() {
+        Ok(Ok(Some(addressed)))
+    } else {
+        Ok(Err(Waiting::new(
+            "WaitingForIPAddress",
+            format!("waiting for addresses from IPPools: {}", missing.join("; ")),
+        )
+        .retry_after(Duration::from_secs(2))))
+    }
+}
+
+impl InfraMachineProvider for KvmMachineProvider {
+    type Machine = KVMMachine;
+    type Error = KvmError;
+
+    fn name(&self) -> &'static str {
+        MACHINE_CONTROLLER
+    }
+
+    fn finalizer(&self) -> &'static str {
+        MACHINE_FINALIZER
+    }
+
+    fn concurrency(&self) -> u16 {
+        8
+    }
+
+    async fn ensure(
+        &self,
+        request: &MachineRequest<'_, KVMMachine>,
+        context: &Context,
+    ) -> Result<Progress<Provisioned>, KvmError> {
+        match pool_addresses(context.client(), request.machine).await? {
+            Err(waiting) => Ok(Progress::Waiting(waiting)),
+            Ok(None) => self.ensure_addressed(request, context).await,
+            Ok(Some(addressed)) => {
+                let request = MachineRequest {
+                    machine: &addressed,
+                    owner: request.owner,
+                    cluster_name: request.cluster_name,
+                    bootstrap: request.bootstrap.clone(),
+                    already_provisioned: request.already_provisioned,
+                };
+                self.ensure_addressed(&request, context).await
+            }
+        }
     }
 
     async fn release(

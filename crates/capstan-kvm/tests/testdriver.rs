@@ -1012,3 +1012,84 @@ async fn https_images_are_checked_against_the_ca_of_the_images_secret() {
         "{events:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vms_of_one_template_take_their_own_addresses_from_an_ip_pool() {
+    let env = start("ippool").await;
+    let hv = hypervisor_file(env.dir.path(), "hv", 16, 32 << 10);
+    cluster(&env, "c1", json!([{"name": "hv", "uri": hv}])).await;
+    let ns = Some(env.namespace.as_str());
+    // One spec for both, as a KVMMachineTemplate gives its machines.
+    let spec = json!({"resources": {"cpu": 1, "memory": "128Mi", "disk": "1Gi"}, "image": image(&env),
+                      "networks": [{"network": "default", "ipPoolRef": {"name": "vms"}}]});
+    for name in ["vm-a", "vm-b"] {
+        machine(&env, "c1", name, spec.clone()).await;
+    }
+    // capstan's IPAM controller is not running here: its part (an IPAddress for each claim,
+    // named in the claim's status) is played by hand, as its contract says.
+    let claims = api(
+        &env.client,
+        "ipam.metal3.io/v1alpha1",
+        "IPClaim",
+        "ipclaims",
+        ns,
+    );
+    for (name, address) in [("vm-a", "10.0.0.10"), ("vm-b", "10.0.0.11")] {
+        let claim_name = capstan_kvm::machine::ip_claim_name(name, 0);
+        let claim = poll(&format!("IPClaim {claim_name}"), || async {
+            claims.get_opt(&claim_name).await.unwrap()
+        })
+        .await;
+        assert_eq!(claim.data["spec"]["pool"]["name"], "vms");
+        let owners = claim.metadata.owner_references.clone().unwrap_or_default();
+        assert!(
+            owners
+                .iter()
+                .any(|o| o.kind == "KVMMachine" && o.name == name),
+            "{owners:?}"
+        );
+        // Until then the machine waits and says for what.
+        let waiting = wait_reason(&env, name, "WaitingForIPAddress").await;
+        assert!(waiting.contains("IPPool vms"), "{waiting}");
+        let address_name = format!("vms-{}", address.replace('.', "-"));
+        create(
+            &env.client,
+            "ipam.metal3.io/v1alpha1",
+            "IPAddress",
+            "ipaddresses",
+            ns,
+            json!({
+                "metadata": {"name": address_name},
+                "spec": {"address": address, "prefix": 24, "gateway": "10.0.0.1",
+                         "pool": {"name": "vms"}, "claim": {"name": claim_name}},
+            }),
+        )
+        .await;
+        claims
+            .patch_status(
+                &claim_name,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"status": {"address": {"name": address_name}}})),
+            )
+            .await
+            .unwrap();
+    }
+    for (name, address) in [("vm-a", "10.0.0.10"), ("vm-b", "10.0.0.11")] {
+        let provisioned = wait_provisioned(&env, name).await;
+        let status = serde_json::to_value(&provisioned.status).unwrap();
+        let internal: Vec<&str> = status["addresses"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|a| a["type"] == "InternalIP")
+            .filter_map(|a| a["address"].as_str())
+            .collect();
+        assert_eq!(internal, vec![address], "{name}: {status}");
+    }
+    // An address given as well as a pool: refused, saying which to keep.
+    let mut both = spec.clone();
+    both["networks"][0]["address"] = json!("10.0.0.99/24");
+    machine(&env, "c1", "vm-both", both).await;
+    let message = wait_reason(&env, "vm-both", "InvalidSpec").await;
+    assert!(message.contains("keep one"), "{message}");
+}

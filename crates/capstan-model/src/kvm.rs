@@ -76,6 +76,10 @@ pub struct KvmNetwork {
     pub address: Option<String>,
     /// The default gateway for [`Self::address`].
     pub gateway: Option<String>,
+    /// An IPPool (`ipam.metal3.io`, the machine's namespace) the static address comes from
+    /// instead of [`Self::address`]: the machine claims one (an IPClaim it owns) and uses the
+    /// address, prefix and gateway it is given, so each VM of a template gets its own.
+    pub ip_pool_ref: Option<crate::meta::LocalObjectReference>,
 }
 
 /// An extra volume: formatted and mounted by cloud-init (kubelet, etcd, host volumes).
