@@ -17,6 +17,8 @@
 #   sasl2-bin, libsasl2-modules - `saslpasswd2` and the DIGEST-MD5 mechanism: the KVM credentials
 #                 test starts a libvirtd whose TCP listener asks for a SASL username and password
 #   openssl     - the certificates of that test's TLS listener (a CA, server and client certificates)
+#   openssh-server - `sshd`, the ssh server of that test's `qemu+ssh://` hypervisor (its remote side,
+#                 `virt-ssh-helper`, comes with libvirt-daemon)
 #   kubernetes (PyPI, pinned) - the official Python client, a second real client of `capstan serve`
 #   cargo-nextest - the test runner (per-test processes and time limits), from crates.io
 # kubectl is part of the machine image (1.32, with 1.27-1.33 in /usr/lib/google-cloud-sdk/bin).
@@ -26,7 +28,8 @@ set -euo pipefail
 packages=(cloud-init frr curl
   libvirt-daemon-system libvirt-clients libvirt-daemon-driver-qemu qemu-system-x86 qemu-utils
   tini dnsmasq-base isolinux syslinux syslinux-common mtools dosfstools xorriso cpio kmod
-  debootstrap e2fsprogs libvirt-dev pkg-config sasl2-bin libsasl2-modules openssl)
+  debootstrap e2fsprogs libvirt-dev pkg-config sasl2-bin libsasl2-modules openssl
+  openssh-server)
 
 as_root=()
 [ "$(id -u)" -eq 0 ] || as_root=(sudo)

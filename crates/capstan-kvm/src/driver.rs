@@ -49,9 +49,17 @@ pub enum DriverError {
     #[error("cannot connect to hypervisor {uri}: {message}")]
     Unreachable { uri: String, message: String },
     #[error(
-        "hypervisor {uri} refused the credentials: check the Secret named by credentialsSecretRef"
+        "hypervisor {uri} refused the credentials: check the Secret named by credentialsSecretRef{hint}"
     )]
-    AuthFailed { uri: String },
+    AuthFailed { uri: String, hint: &'static str },
+    #[error(
+        "hypervisor {uri}: ssh could not verify the hypervisor's host key ({problem}): put its host key (the output of `ssh-keyscan -p PORT HOST`) under known_hosts in the Secret named by credentialsSecretRef, or in the known_hosts of the user capstan runs as"
+    )]
+    HostKeyUnverified { uri: String, problem: &'static str },
+    #[error(
+        "hypervisor {uri}: the URI's own command= parameter cannot be combined with a known_hosts in the Secret named by credentialsSecretRef: drop one of them"
+    )]
+    KnownHostsWithCommand { uri: String },
     #[error(
         "hypervisor {uri} has no storage pool {pool:?}: define it (virsh pool-define-as) or set the hypervisor's pool"
     )]
@@ -229,6 +237,9 @@ pub struct Credentials {
     pub ca_certificate: Option<String>,
     /// An ssh private key (`ssh-privatekey`), for `qemu+ssh://`.
     pub ssh_private_key: Option<String>,
+    /// The hypervisor's ssh host keys (`known_hosts`, lines of ssh's known_hosts format), for
+    /// `qemu+ssh://`: when given, the only keys the hypervisor may show.
+    pub ssh_known_hosts: Option<String>,
 }
 
 impl std::fmt::Debug for Credentials {
@@ -240,13 +251,14 @@ impl std::fmt::Debug for Credentials {
             .field("client_key", &self.client_key.is_some())
             .field("ca_certificate", &self.ca_certificate.is_some())
             .field("ssh_private_key", &self.ssh_private_key.is_some())
+            .field("ssh_known_hosts", &self.ssh_known_hosts.is_some())
             .finish()
     }
 }
 
 impl Credentials {
     /// From a Secret's data (`username`, `password`, `tls.crt`, `tls.key`, `ca.crt`,
-    /// `ssh-privatekey`); keys that are absent stay unset.
+    /// `ssh-privatekey`, `known_hosts`); keys that are absent stay unset.
     pub fn from_secret_data(data: &std::collections::BTreeMap<String, Vec<u8>>) -> Self {
         let text = |key: &str| {
             data.get(key)
@@ -260,6 +272,7 @@ impl Credentials {
             client_key: text("tls.key"),
             ca_certificate: text("ca.crt"),
             ssh_private_key: text("ssh-privatekey"),
+            ssh_known_hosts: text("known_hosts"),
         }
     }
 
@@ -274,6 +287,7 @@ impl Credentials {
             &self.client_key,
             &self.ca_certificate,
             &self.ssh_private_key,
+            &self.ssh_known_hosts,
         ] {
             match part {
                 Some(value) => {
@@ -516,6 +530,8 @@ impl Driver {
         }
         connections.remove(uri);
         let connection = match &credentials {
+            // ssh always without a terminal: a prompt would wait for ever.
+            None if is_ssh(uri) => open_authenticated(uri, &Credentials::default())?,
             None => Connect::open(Some(uri)).map_err(|error| open_error(uri, &error))?,
             Some(credentials) => open_authenticated(uri, credentials)?,
         };
@@ -947,33 +963,98 @@ impl Driver {
 }
 
 fn open_error(uri: &str, error: &virt::error::Error) -> DriverError {
+    let message = error.message();
     if is_code(error, ErrorNumber::AuthFailed) || is_code(error, ErrorNumber::AuthCancelled) {
-        DriverError::AuthFailed {
+        return DriverError::AuthFailed {
             uri: uri.to_owned(),
-        }
-    } else {
-        DriverError::Unreachable {
-            uri: uri.to_owned(),
-            message: error.message().to_owned(),
-        }
+            hint: "",
+        };
     }
+    ssh_refusal(uri, message).unwrap_or_else(|| DriverError::Unreachable {
+        uri: uri.to_owned(),
+        message: message.to_owned(),
+    })
+}
+
+/// What ssh said when it refused a `+ssh` connection (libvirt passes its stderr on in the
+/// error's message): a host key it could not verify, or a key the hypervisor does not accept.
+fn ssh_refusal(uri: &str, message: &str) -> Option<DriverError> {
+    if !is_ssh(uri) {
+        return None;
+    }
+    if message.contains("Host key verification failed") {
+        let problem = if message.contains("IDENTIFICATION HAS CHANGED") {
+            "it differs from the one recorded: make sure the hypervisor was reinstalled and is not impersonated before recording the new one"
+        } else {
+            "no key is recorded for it"
+        };
+        return Some(DriverError::HostKeyUnverified {
+            uri: uri.to_owned(),
+            problem,
+        });
+    }
+    if message.contains("Permission denied") {
+        return Some(DriverError::AuthFailed {
+            uri: uri.to_owned(),
+            hint: " (ssh refused its ssh-privatekey: its public key must be in the authorized_keys of the URI's user on the hypervisor)",
+        });
+    }
+    None
+}
+
+/// Whether `uri` reaches its hypervisor through libvirt's ssh transport.
+fn is_ssh(uri: &str) -> bool {
+    uri.split_once("://")
+        .is_some_and(|(scheme, _)| scheme.ends_with("+ssh"))
+}
+
+/// Whether `uri`'s query sets `name`.
+fn has_parameter(uri: &str, name: &str) -> bool {
+    uri.split_once('?').is_some_and(|(_, query)| {
+        query
+            .split('&')
+            .any(|pair| pair.split_once('=').map_or(pair, |(key, _)| key) == name)
+    })
+}
+
+/// An `ssh` that checks the hypervisor's host key against `known_hosts` only and refuses any
+/// other (libvirt runs the URI's `command` with ssh's own arguments; ssh takes the first value
+/// of an option, so these win over a `no_verify=1` in the URI).
+fn ssh_checking_against(known_hosts: &std::path::Path) -> String {
+    format!(
+        "#!/bin/sh\nexec ssh -o 'UserKnownHostsFile={}' -o GlobalKnownHostsFile=/dev/null -o StrictHostKeyChecking=yes -o CheckHostIP=no \"$@\"\n",
+        known_hosts.display()
+    )
 }
 
 /// Writes `content` to `path`, readable by its owner only (keys, certificates).
 fn write_private(path: &std::path::Path, content: &str) -> Result<(), DriverError> {
+    write_with_mode(path, content, 0o600)
+}
+
+fn write_with_mode(path: &std::path::Path, content: &str, mode: u32) -> Result<(), DriverError> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::OpenOptions::new()
         .create(true)
         .truncate(true)
         .write(true)
-        .mode(0o600)
+        .mode(mode)
         .open(path)
         .and_then(|mut file| file.write_all(content.as_bytes()))
         .map_err(|source| DriverError::Credentials {
             path: path.display().to_string(),
             source,
         })
+}
+
+/// `text` ending with a newline (ssh refuses a key file without one).
+fn with_final_newline(text: &str) -> String {
+    if text.ends_with('\n') {
+        text.to_owned()
+    } else {
+        format!("{text}\n")
+    }
 }
 
 /// `uri` with `name=value` added to its query.
@@ -1007,19 +1088,28 @@ fn open_authenticated(uri: &str, credentials: &Credentials) -> Result<Connect, D
         }
         effective = with_parameter(&effective, "pkipath", &files.path().display().to_string());
     }
-    if scheme.ends_with("+ssh")
-        && let Some(key) = &credentials.ssh_private_key
-    {
-        let path = files.path().join("id");
-        // ssh refuses a key file that does not end with a newline.
-        let key = if key.ends_with('\n') {
-            key.clone()
-        } else {
-            format!("{key}\n")
-        };
-        write_private(&path, &key)?;
-        effective = with_parameter(&effective, "keyfile", &path.display().to_string());
-        effective = with_parameter(&effective, "no_tty", "1");
+    if is_ssh(uri) {
+        if let Some(key) = &credentials.ssh_private_key {
+            let path = files.path().join("id");
+            write_private(&path, &with_final_newline(key))?;
+            effective = with_parameter(&effective, "keyfile", &path.display().to_string());
+        }
+        if let Some(known_hosts) = &credentials.ssh_known_hosts {
+            if has_parameter(uri, "command") {
+                return Err(DriverError::KnownHostsWithCommand {
+                    uri: uri.to_owned(),
+                });
+            }
+            let known_hosts_path = files.path().join("known_hosts");
+            write_private(&known_hosts_path, &with_final_newline(known_hosts))?;
+            let ssh = files.path().join("ssh");
+            write_with_mode(&ssh, &ssh_checking_against(&known_hosts_path), 0o700)?;
+            effective = with_parameter(&effective, "command", &ssh.display().to_string());
+        }
+        // Never a prompt: an unknown host key or a refused key fails instead of waiting.
+        if !has_parameter(uri, "no_tty") {
+            effective = with_parameter(&effective, "no_tty", "1");
+        }
     }
     let answers = credentials
         .username
@@ -1170,6 +1260,49 @@ fn upload(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ssh_refusals_say_what_to_fix() {
+        let uri = "qemu+ssh://root@hv1/system";
+        let unknown = ssh_refusal(
+            uri,
+            "Cannot recv data: No ED25519 host key is known for hv1 and you have requested strict checking.\r\nHost key verification failed.: Connection reset by peer",
+        );
+        assert!(
+            matches!(&unknown, Some(DriverError::HostKeyUnverified { problem, .. }) if problem.contains("no key is recorded")),
+            "{unknown:?}"
+        );
+        let changed = ssh_refusal(
+            uri,
+            "Cannot recv data: @@@ WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED! @@@ Host key verification failed.",
+        );
+        assert!(
+            matches!(&changed, Some(DriverError::HostKeyUnverified { problem, .. }) if problem.contains("differs")),
+            "{changed:?}"
+        );
+        let refused = ssh_refusal(
+            uri,
+            "Cannot recv data: root@hv1: Permission denied (publickey).",
+        )
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+        assert!(refused.contains("authorized_keys"), "{refused}");
+        assert!(refused.contains("credentialsSecretRef"), "{refused}");
+        // Only ssh's words on an ssh URI are read so.
+        assert!(ssh_refusal("qemu+tcp://hv1/system", "Permission denied").is_none());
+        assert!(ssh_refusal(uri, "Connection refused").is_none());
+    }
+
+    #[test]
+    fn query_parameters_are_found_by_name() {
+        assert!(has_parameter(
+            "qemu+ssh://h/system?no_verify=1&command=x",
+            "command"
+        ));
+        assert!(has_parameter("qemu+ssh://h/system?no_tty", "no_tty"));
+        assert!(!has_parameter("qemu+ssh://h/system?commands=x", "command"));
+        assert!(!has_parameter("qemu+ssh://h/system", "command"));
+    }
 
     #[test]
     fn uris_by_scheme() {

@@ -12,7 +12,8 @@
 //! file's size) and while streaming (a server that sends more than it announced). URLs may carry
 //! a user and password (`https://user:pass@host/…`, sent as HTTP basic auth) or a token in their
 //! query: messages name an image by [`redact`]ed URL only. HTTPS certificates are checked against
-//! the system's CAs (`SSL_CERT_FILE` / `SSL_CERT_DIR` are honoured).
+//! the system's CAs (`SSL_CERT_FILE` / `SSL_CERT_DIR` are honoured) plus those of the Secret named by
+//! `spec.image.caSecretRef`.
 
 use crate::driver::Chunk;
 use base64::Engine;
@@ -79,6 +80,14 @@ pub enum ImageError {
     },
     #[error("the pool stopped taking the image")]
     Receiver,
+    #[error(
+        "{url}: the server's certificate is not trusted ({message}): put the CA that signed it under ca.crt in a Secret named by spec.image.caSecretRef, or serve the image with a certificate of a CA the system trusts"
+    )]
+    Untrusted { url: String, message: String },
+    #[error(
+        "the ca.crt of the Secret named by spec.image.caSecretRef holds no PEM CA certificate{detail}: put the PEM certificate(s) of the image server's CA there"
+    )]
+    CaBundle { detail: String },
 }
 
 impl ImageError {
@@ -95,6 +104,8 @@ impl ImageError {
             Self::TooLarge { .. } => "ImageTooLarge",
             Self::ChecksumMismatch { .. } => "ImageChecksumMismatch",
             Self::Receiver => "ImageUploadFailed",
+            Self::Untrusted { .. } => "ImageCertificateUntrusted",
+            Self::CaBundle { .. } => "ImageCAInvalid",
         }
     }
 
@@ -232,8 +243,9 @@ pub struct Opened {
     pub url: String,
 }
 
-/// Starts reading the image at `url`, refusing one larger than `limit`.
-pub async fn open(url: &str, limit: u64) -> Result<Opened, ImageError> {
+/// Starts reading the image at `url`, refusing one larger than `limit`; an `https://` server's
+/// certificate must chain to the system's CAs or to one in `extra_cas` (PEM).
+pub async fn open(url: &str, limit: u64, extra_cas: Option<&str>) -> Result<Opened, ImageError> {
     let shown = redact(url);
     if let Some(path) = url.strip_prefix("file://") {
         let file = tokio::fs::File::open(path)
@@ -268,7 +280,7 @@ pub async fn open(url: &str, limit: u64) -> Result<Opened, ImageError> {
     }
     let mut current = url.to_owned();
     for _ in 0..=MAX_REDIRECTS {
-        let response = tokio::time::timeout(TIMEOUT, get(&current))
+        let response = tokio::time::timeout(TIMEOUT, get(&current, extra_cas))
             .await
             .map_err(|_| ImageError::Download {
                 url: shown.clone(),
@@ -330,15 +342,43 @@ fn resolve(base: &str, location: &str) -> String {
     )
 }
 
-fn tls_connector() -> Result<tokio_rustls::TlsConnector, String> {
+/// The system's CAs, read once.
+fn system_roots() -> Arc<rustls::RootCertStore> {
     static ROOTS: OnceLock<Arc<rustls::RootCertStore>> = OnceLock::new();
-    let roots = ROOTS
+    ROOTS
         .get_or_init(|| {
             let mut roots = rustls::RootCertStore::empty();
             roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
             Arc::new(roots)
         })
-        .clone();
+        .clone()
+}
+
+/// The system's CAs plus every certificate in `extra_cas` (PEM).
+fn trusted_roots(extra_cas: Option<&str>) -> Result<Arc<rustls::RootCertStore>, ImageError> {
+    let Some(pem) = extra_cas else {
+        return Ok(system_roots());
+    };
+    let mut roots = (*system_roots()).clone();
+    let mut added = 0usize;
+    for certificate in rustls_pemfile::certs(&mut pem.as_bytes()) {
+        let certificate = certificate.map_err(|e| ImageError::CaBundle {
+            detail: format!(" ({e})"),
+        })?;
+        roots.add(certificate).map_err(|e| ImageError::CaBundle {
+            detail: format!(" ({e})"),
+        })?;
+        added += 1;
+    }
+    if added == 0 {
+        return Err(ImageError::CaBundle {
+            detail: String::new(),
+        });
+    }
+    Ok(Arc::new(roots))
+}
+
+fn tls_connector(roots: Arc<rustls::RootCertStore>) -> Result<tokio_rustls::TlsConnector, String> {
     let config = rustls::ClientConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
@@ -349,8 +389,24 @@ fn tls_connector() -> Result<tokio_rustls::TlsConnector, String> {
     Ok(tokio_rustls::TlsConnector::from(Arc::new(config)))
 }
 
+/// Whether a TLS handshake failed because the server's certificate is not trusted.
+fn untrusted_certificate(error: &std::io::Error) -> bool {
+    error
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        .is_some_and(|e| {
+            matches!(
+                e,
+                rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented
+            )
+        })
+}
+
 /// One GET of `url` (http or https), its body not read yet.
-async fn get(url: &str) -> Result<http::Response<hyper::body::Incoming>, ImageError> {
+async fn get(
+    url: &str,
+    extra_cas: Option<&str>,
+) -> Result<http::Response<hyper::body::Incoming>, ImageError> {
     let shown = redact(url);
     let failed = |message: String| ImageError::Download {
         url: shown.clone(),
@@ -399,11 +455,20 @@ async fn get(url: &str) -> Result<http::Response<hyper::body::Incoming>, ImageEr
     if https {
         let name = rustls::pki_types::ServerName::try_from(host.to_owned())
             .map_err(|_| failed("the host is neither a DNS name nor an IP address".into()))?;
-        let stream = tls_connector()
+        let stream = tls_connector(trusted_roots(extra_cas)?)
             .map_err(&failed)?
             .connect(name, tcp)
             .await
-            .map_err(|e| failed(format!("TLS handshake: {e}")))?;
+            .map_err(|e| {
+                if untrusted_certificate(&e) {
+                    ImageError::Untrusted {
+                        url: shown.clone(),
+                        message: e.to_string(),
+                    }
+                } else {
+                    failed(format!("TLS handshake: {e}"))
+                }
+            })?;
         send(stream, request).await.map_err(failed)
     } else {
         send(tcp, request).await.map_err(failed)

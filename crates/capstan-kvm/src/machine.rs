@@ -459,6 +459,7 @@ impl KvmMachineProvider {
         let mut reasons = Vec::new();
         let asked = candidates.len();
         let mut refused = 0;
+        let mut unverified = 0;
         let namespace = machine.namespace().unwrap_or_default();
         for hypervisor in candidates {
             if let Err(waiting) = self
@@ -491,15 +492,20 @@ impl KvmMachineProvider {
                     }
                 },
                 Err(error) => {
-                    if matches!(error, DriverError::AuthFailed { .. }) {
-                        refused += 1;
+                    match error {
+                        DriverError::AuthFailed { .. } => refused += 1,
+                        DriverError::HostKeyUnverified { .. } => unverified += 1,
+                        _ => {}
                     }
                     reasons.push(format!("{}: {error}", hypervisor.name));
                 }
             }
         }
-        // Every hypervisor refused the credentials: that, not room, is what to fix.
-        let reason = if refused == asked {
+        // Every hypervisor refused the credentials (or could not be trusted): that, not room,
+        // is what to fix.
+        let reason = if unverified == asked {
+            "HypervisorHostKeyUnverified"
+        } else if refused + unverified == asked {
             "HypervisorAuthFailed"
         } else {
             "NoHypervisorFits"
@@ -663,7 +669,7 @@ impl KvmMachineProvider {
             return Ok(Err(Waiting::new(
                 "CredentialsSecretMissing",
                 format!(
-                    "hypervisor {}: Secret {namespace}/{} named by its credentialsSecretRef does not exist: create it with username and password (SASL), tls.crt, tls.key and ca.crt (qemu+tls) or ssh-privatekey (qemu+ssh)",
+                    "hypervisor {}: Secret {namespace}/{} named by its credentialsSecretRef does not exist: create it with username and password (SASL), tls.crt, tls.key and ca.crt (qemu+tls) or ssh-privatekey and known_hosts (qemu+ssh)",
                     hypervisor.name, reference.name
                 ),
             )
@@ -680,6 +686,45 @@ impl KvmMachineProvider {
         Ok(Ok(()))
     }
 
+    /// The CA certificates (PEM) of the Secret `spec.image.caSecretRef` names, if it names one;
+    /// a missing Secret or key is a wait that says so.
+    async fn image_cas(
+        &self,
+        client: &Client,
+        machine: &KVMMachine,
+    ) -> Result<Result<Option<String>, Waiting>, KvmError> {
+        let Some(reference) = machine
+            .spec
+            .image
+            .as_ref()
+            .and_then(|image| image.ca_secret_ref.as_ref())
+            .filter(|r| !r.name.is_empty())
+        else {
+            return Ok(Ok(None));
+        };
+        let namespace = machine.namespace().unwrap_or_default();
+        let secret = Api::<Secret>::namespaced(client.clone(), &namespace)
+            .get_opt(&reference.name)
+            .await
+            .map_err(api("reading", "Secret", &namespace, &reference.name))?;
+        let pem = secret
+            .and_then(|s| s.data)
+            .and_then(|mut data| data.remove("ca.crt"))
+            .map(|bytes| String::from_utf8_lossy(&bytes.0).into_owned())
+            .filter(|pem| !pem.trim().is_empty());
+        match pem {
+            Some(pem) => Ok(Ok(Some(pem))),
+            None => Ok(Err(image_problem(
+                "ImageCASecretMissing",
+                format!(
+                    "Secret {namespace}/{} named by spec.image.caSecretRef does not exist or has no ca.crt: create it with the PEM certificate of the CA that signed the image server's certificate",
+                    reference.name
+                ),
+            )
+            .retry_after(PLACEMENT_RETRY))),
+        }
+    }
+
     /// The base image volume for `image` in `pool`, streamed there and verified when it is not
     /// there yet; its path, or why not.
     async fn ensure_base(
@@ -687,6 +732,7 @@ impl KvmMachineProvider {
         uri: &str,
         pool: &str,
         image: &KvmImage,
+        extra_cas: Option<&str>,
     ) -> Result<Result<String, Waiting>, DriverError> {
         let Some(checksum) = image.checksum.as_deref().filter(|c| !c.is_empty()) else {
             return Ok(Err(image_problem(
@@ -756,7 +802,7 @@ impl KvmMachineProvider {
             // Another machine may have fetched it while this one waited.
             if !self.driver.volumes(uri, pool, &name).await?.contains(&name) {
                 match self
-                    .fetch_base(uri, config.clone(), image, checksum)
+                    .fetch_base(uri, config.clone(), image, checksum, extra_cas)
                     .await?
                 {
                     Ok(()) => {
@@ -807,8 +853,9 @@ impl KvmMachineProvider {
         mut config: VolumeConfig,
         image: &KvmImage,
         checksum: &str,
+        extra_cas: Option<&str>,
     ) -> Result<Result<(), ImageError>, DriverError> {
-        let opened = match image::open(&image.url, self.image_limit).await {
+        let opened = match image::open(&image.url, self.image_limit, extra_cas).await {
             Ok(opened) => opened,
             Err(error) => return Ok(Err(error)),
         };
@@ -841,9 +888,9 @@ impl KvmMachineProvider {
         request: &MachineRequest<'_, KVMMachine>,
         cluster: &KVMCluster,
         hypervisor: &KvmHypervisor,
-        domain: &str,
-        uuid: &str,
+        (domain, uuid): (&str, &str),
         fresh: bool,
+        extra_cas: Option<&str>,
     ) -> Result<Result<Vec<DiskConfig>, Waiting>, DriverError> {
         let machine = request.machine;
         let uri = &hypervisor.uri;
@@ -861,7 +908,7 @@ impl KvmMachineProvider {
         };
         let mut disks = Vec::new();
         let backing = match &machine.spec.image {
-            Some(image) => match self.ensure_base(uri, &pool, image).await? {
+            Some(image) => match self.ensure_base(uri, &pool, image, extra_cas).await? {
                 Ok(path) => Some((
                     path,
                     image.format.clone().unwrap_or_else(|| "qcow2".to_owned()),
@@ -1031,6 +1078,7 @@ fn driver_wait(hypervisor: &str, error: &DriverError) -> Waiting {
     let reason = match error {
         DriverError::Unreachable { .. } => "HypervisorUnreachable",
         DriverError::AuthFailed { .. } => "HypervisorAuthFailed",
+        DriverError::HostKeyUnverified { .. } => "HypervisorHostKeyUnverified",
         DriverError::NoPool { .. } => "PoolMissing",
         _ => "HypervisorError",
     };
@@ -1048,7 +1096,10 @@ impl KvmMachineProvider {
         context: &Context,
     ) -> Waiting {
         let waiting = driver_wait(hypervisor, error);
-        if matches!(error, DriverError::AuthFailed { .. }) {
+        if matches!(
+            error,
+            DriverError::AuthFailed { .. } | DriverError::HostKeyUnverified { .. }
+        ) {
             context
                 .publish(
                     machine,
@@ -1063,23 +1114,9 @@ impl KvmMachineProvider {
     }
 }
 
-impl InfraMachineProvider for KvmMachineProvider {
-    type Machine = KVMMachine;
-    type Error = KvmError;
-
-    fn name(&self) -> &'static str {
-        MACHINE_CONTROLLER
-    }
-
-    fn finalizer(&self) -> &'static str {
-        MACHINE_FINALIZER
-    }
-
-    fn concurrency(&self) -> u16 {
-        8
-    }
-
-    async fn ensure(
+impl KvmMachineProvider {
+    /// [`InfraMachineProvider::ensure`] once every NIC's address is known.
+    async fn ensure_addressed(
         &self,
         request: &MachineRequest<'_, KVMMachine>,
         context: &Context,
@@ -1171,17 +1208,21 @@ impl InfraMachineProvider for KvmMachineProvider {
             Some(status) if request.already_provisioned => status,
             _ => {
                 let storage_started = std::time::Instant::now();
-                let disks = match self
-                    .ensure_storage(
-                        request,
-                        &cluster,
-                        &hypervisor,
-                        &domain,
-                        &uuid,
-                        existing.is_none(),
-                    )
-                    .await
-                {
+                let storage = match self.image_cas(context.client(), machine).await? {
+                    Ok(extra_cas) => {
+                        self.ensure_storage(
+                            request,
+                            &cluster,
+                            &hypervisor,
+                            (&domain, &uuid),
+                            existing.is_none(),
+                            extra_cas.as_deref(),
+                        )
+                        .await
+                    }
+                    Err(waiting) => Ok(Err(waiting)),
+                };
+                let disks = match storage {
                     Ok(Ok(disks)) => disks,
                     Ok(Err(waiting)) => {
                         if waiting.reason.starts_with("Image")
@@ -1310,6 +1351,169 @@ impl InfraMachineProvider for KvmMachineProvider {
             conditions: extra,
             requeue_after,
         }))
+    }
+}
+
+/// IPClaim names: one per NIC that takes its address from an IPPool.
+pub fn ip_claim_name(machine: &str, nic: usize) -> String {
+    format!("{machine}-nic{nic}")
+}
+
+/// Static addresses from IPPools: for each NIC with `ipPoolRef`, an IPClaim
+/// [`ip_claim_name`] (owned by the KVMMachine, so it goes with it and its address returns to the
+/// pool) that capstan's IPAM controller answers with an IPAddress. The machine with those
+/// addresses and gateways written into its networks; `None` when no NIC takes one from a pool;
+/// a wait while a claim is unanswered.
+async fn pool_addresses(
+    client: &Client,
+    machine: &KVMMachine,
+) -> Result<Result<Option<KVMMachine>, Waiting>, KvmError> {
+    use capstan_model::ipam::{IPAddress, IPClaim};
+    if machine
+        .spec
+        .networks
+        .iter()
+        .all(|n| n.ip_pool_ref.is_none())
+    {
+        return Ok(Ok(None));
+    }
+    let namespace = machine.namespace().unwrap_or_default();
+    let name = machine.name_any();
+    let claims: Api<IPClaim> = Api::namespaced(client.clone(), &namespace);
+    let addresses: Api<IPAddress> = Api::namespaced(client.clone(), &namespace);
+    let mut addressed = machine.clone();
+    let mut missing = Vec::new();
+    for (index, network) in addressed.spec.networks.iter_mut().enumerate() {
+        let Some(pool) = network.ip_pool_ref.as_ref().map(|p| p.name.clone()) else {
+            continue;
+        };
+        if network.address.is_some() {
+            return Ok(Err(Waiting::new(
+                "InvalidSpec",
+                format!(
+                    "spec.networks[{index}] has both address and ipPoolRef: keep one (ipPoolRef gives each machine of a template its own address)"
+                ),
+            )));
+        }
+        let claim_name = ip_claim_name(&name, index);
+        let found = claims.get_opt(&claim_name).await.map_err(api(
+            "reading",
+            "IPClaim",
+            &namespace,
+            &claim_name,
+        ))?;
+        let Some(claim) = found else {
+            let mut claim = IPClaim::new(&claim_name, Some(&namespace), Default::default());
+            claim.spec.pool.name = Some(pool.clone());
+            claim.spec.pool.namespace = Some(namespace.clone());
+            if let Some(cluster) = machine.labels().get(LABEL_CLUSTER_NAME) {
+                claim.metadata.labels = Some(
+                    [(LABEL_CLUSTER_NAME.to_owned(), cluster.clone())]
+                        .into_iter()
+                        .collect(),
+                );
+            }
+            claim.metadata.owner_references = machine.uid().map(|uid| {
+                vec![
+                    k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                        api_version: "infrastructure.cluster.x-k8s.io/v1beta2".into(),
+                        kind: "KVMMachine".into(),
+                        name: name.clone(),
+                        uid,
+                        controller: Some(true),
+                        block_owner_deletion: Some(true),
+                    },
+                ]
+            });
+            match claims
+                .create(&kube::api::PostParams::default(), &claim)
+                .await
+            {
+                Ok(_) => {}
+                // Made by an earlier pass the cache had not seen.
+                Err(kube::Error::Api(response)) if response.code == 409 => {}
+                Err(error) => {
+                    return Err(api("creating", "IPClaim", &namespace, &claim_name)(error));
+                }
+            }
+            missing.push(format!("IPPool {pool} (IPClaim {claim_name} created)"));
+            continue;
+        };
+        let status = claim.status.unwrap_or_default();
+        if let Some(error) = status.error_message.filter(|e| !e.is_empty()) {
+            missing.push(format!("IPPool {pool}: {error}"));
+            continue;
+        }
+        let Some(address_name) = status.address.and_then(|a| a.name) else {
+            missing.push(format!(
+                "IPPool {pool} (IPClaim {claim_name} waiting for an address)"
+            ));
+            continue;
+        };
+        let Some(address) = addresses.get_opt(&address_name).await.map_err(api(
+            "reading",
+            "IPAddress",
+            &namespace,
+            &address_name,
+        ))?
+        else {
+            missing.push(format!("IPPool {pool} (IPAddress {address_name} missing)"));
+            continue;
+        };
+        network.address = Some(match address.spec.prefix {
+            Some(prefix) => format!("{}/{prefix}", address.spec.address),
+            None => address.spec.address.clone(),
+        });
+        if network.gateway.is_none() {
+            network.gateway = address.spec.gateway.clone();
+        }
+    }
+    if missing.is_empty() {
+        Ok(Ok(Some(addressed)))
+    } else {
+        Ok(Err(Waiting::new(
+            "WaitingForIPAddress",
+            format!("waiting for addresses from IPPools: {}", missing.join("; ")),
+        )
+        .retry_after(Duration::from_secs(2))))
+    }
+}
+
+impl InfraMachineProvider for KvmMachineProvider {
+    type Machine = KVMMachine;
+    type Error = KvmError;
+
+    fn name(&self) -> &'static str {
+        MACHINE_CONTROLLER
+    }
+
+    fn finalizer(&self) -> &'static str {
+        MACHINE_FINALIZER
+    }
+
+    fn concurrency(&self) -> u16 {
+        8
+    }
+
+    async fn ensure(
+        &self,
+        request: &MachineRequest<'_, KVMMachine>,
+        context: &Context,
+    ) -> Result<Progress<Provisioned>, KvmError> {
+        match pool_addresses(context.client(), request.machine).await? {
+            Err(waiting) => Ok(Progress::Waiting(waiting)),
+            Ok(None) => self.ensure_addressed(request, context).await,
+            Ok(Some(addressed)) => {
+                let request = MachineRequest {
+                    machine: &addressed,
+                    owner: request.owner,
+                    cluster_name: request.cluster_name,
+                    bootstrap: request.bootstrap.clone(),
+                    already_provisioned: request.already_provisioned,
+                };
+                self.ensure_addressed(&request, context).await
+            }
+        }
     }
 
     async fn release(
@@ -1498,7 +1702,7 @@ mod tests {
 
     /// Streams `image` as the provider does; what arrived and how it ended.
     async fn stream(image: &KvmImage) -> (Vec<u8>, Result<(), String>) {
-        let opened = match crate::image::open(&image.url, 1 << 20).await {
+        let opened = match crate::image::open(&image.url, 1 << 20, None).await {
             Ok(opened) => opened,
             Err(error) => return (Vec::new(), Err(error.reason().to_owned())),
         };

@@ -625,7 +625,14 @@ struct ImageServer {
 }
 
 async fn image_server(answers: Vec<(&'static str, Vec<Answer>)>) -> ImageServer {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    serve_images(answers, None).await
+}
+
+/// [`image_server`], speaking HTTPS with `tls` when given.
+async fn serve_images(
+    answers: Vec<(&'static str, Vec<Answer>)>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) -> ImageServer {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let requests = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -638,46 +645,65 @@ async fn image_server(answers: Vec<(&'static str, Vec<Answer>)>) -> ImageServer 
     let recorded = requests.clone();
     tokio::spawn(async move {
         loop {
-            let (mut socket, _) = listener.accept().await.unwrap();
+            let (socket, _) = listener.accept().await.unwrap();
             let recorded = recorded.clone();
             let answers = answers.clone();
+            let tls = tls.clone();
             tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut byte = [0u8; 1];
-                while !head.ends_with(b"\r\n\r\n") {
-                    if socket.read(&mut byte).await.unwrap_or(0) == 0 {
-                        return;
+                match tls {
+                    // A client that refuses the certificate ends the handshake: nothing to answer.
+                    Some(tls) => {
+                        if let Ok(stream) = tls.accept(socket).await {
+                            answer(stream, recorded, answers).await;
+                        }
                     }
-                    head.push(byte[0]);
+                    None => answer(socket, recorded, answers).await,
                 }
-                let head = String::from_utf8_lossy(&head).into_owned();
-                let path = head
-                    .split_whitespace()
-                    .nth(1)
-                    .unwrap_or("/")
-                    .split('?')
-                    .next()
-                    .unwrap()
-                    .to_owned();
-                recorded.lock().unwrap().push(head);
-                let (status, length, body) = {
-                    let mut answers = answers.lock().unwrap();
-                    match answers.get_mut(&path) {
-                        Some(list) if list.len() > 1 => list.remove(0),
-                        Some(list) => list[0].clone(),
-                        None => (404, 0, Vec::new()),
-                    }
-                };
-                let response = format!(
-                    "HTTP/1.1 {status} X\r\nContent-Length: {length}\r\nConnection: close\r\n\r\n"
-                );
-                let _ = socket.write_all(response.as_bytes()).await;
-                let _ = socket.write_all(&body).await;
-                let _ = socket.shutdown().await;
             });
         }
     });
     ImageServer { port, requests }
+}
+
+type Answers = Arc<std::sync::Mutex<std::collections::HashMap<String, Vec<Answer>>>>;
+
+/// Reads one request from `socket` and answers it from `answers`.
+async fn answer<S>(mut socket: S, recorded: Arc<std::sync::Mutex<Vec<String>>>, answers: Answers)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if socket.read(&mut byte).await.unwrap_or(0) == 0 {
+            return;
+        }
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head).into_owned();
+    let path = head
+        .split_whitespace()
+        .nth(1)
+        .unwrap_or("/")
+        .split('?')
+        .next()
+        .unwrap()
+        .to_owned();
+    recorded.lock().unwrap().push(head);
+    let (status, length, body) = {
+        let mut answers = answers.lock().unwrap();
+        match answers.get_mut(&path) {
+            Some(list) if list.len() > 1 => list.remove(0),
+            Some(list) => list[0].clone(),
+            None => (404, 0, Vec::new()),
+        }
+    };
+    let response =
+        format!("HTTP/1.1 {status} X\r\nContent-Length: {length}\r\nConnection: close\r\n\r\n");
+    let _ = socket.write_all(response.as_bytes()).await;
+    let _ = socket.write_all(&body).await;
+    let _ = socket.shutdown().await;
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
@@ -820,4 +846,250 @@ async fn http_images_are_streamed_verified_retried_and_limited() {
             "a status shows {secret}: {statuses}"
         );
     }
+}
+
+/// A CA (its PEM certificate) and a TLS acceptor whose certificate for 127.0.0.1 it signed.
+fn site_ca_and_server() -> (String, tokio_rustls::TlsAcceptor) {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "image mirror CA");
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::from_ca_cert_pem(&ca.pem(), ca_key).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let certificate = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])
+        .unwrap()
+        .signed_by(&key, &issuer)
+        .unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(
+        vec![certificate.der().clone()],
+        rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+    )
+    .unwrap();
+    (ca.pem(), tokio_rustls::TlsAcceptor::from(Arc::new(config)))
+}
+
+/// A small real qcow2 image (`qemu-img create`), its bytes.
+fn qcow2(dir: &Path, name: &str, size: &str) -> Vec<u8> {
+    let path = dir.join(name);
+    let out = std::process::Command::new("qemu-img")
+        .args(["create", "-q", "-f", "qcow2"])
+        .arg(&path)
+        .arg(size)
+        .output()
+        .unwrap_or_else(|e| panic!("qemu-img: {e} (run scripts/install-deps.sh)"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::read(path).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_images_are_checked_against_the_ca_of_the_images_secret() {
+    let env = start("httpsimage").await;
+    let hv = hypervisor_file(env.dir.path(), "hv", 16, 32 << 10);
+    cluster(&env, "c1", json!([{"name": "hv", "uri": hv}])).await;
+    // Two images (two digests, so each is fetched on its own).
+    let image = qcow2(env.dir.path(), "os.qcow2", "64M");
+    let other = qcow2(env.dir.path(), "other.qcow2", "32M");
+    assert_ne!(sha256_hex(&image), sha256_hex(&other));
+    assert!(image.starts_with(b"QFI\xfb"));
+    let (ca, tls) = site_ca_and_server();
+    let (stranger_ca, _) = site_ca_and_server();
+    let server = serve_images(
+        vec![
+            ("/os.qcow2", vec![(200, image.len() as u64, image.clone())]),
+            (
+                "/other.qcow2",
+                vec![(200, other.len() as u64, other.clone())],
+            ),
+        ],
+        Some(tls),
+    )
+    .await;
+    let ns = Some(env.namespace.as_str());
+    for (name, pem) in [("mirror-ca", &ca), ("stranger-ca", &stranger_ca)] {
+        create(
+            &env.client,
+            "v1",
+            "Secret",
+            "secrets",
+            ns,
+            json!({"metadata": {"name": name}, "stringData": {"ca.crt": pem}}),
+        )
+        .await;
+    }
+    let spec = |path: &str, bytes: &[u8], ca: Option<&str>| {
+        let mut image = json!({"url": format!("https://127.0.0.1:{}/{path}", server.port),
+                               "checksum": sha256_hex(bytes)});
+        if let Some(ca) = ca {
+            image["caSecretRef"] = json!({"name": ca});
+        }
+        json!({"resources": {"cpu": 1, "memory": "128Mi", "disk": "1Gi"}, "image": image})
+    };
+
+    // The system's CAs do not know the mirror's, nor does another CA.
+    machine(&env, "c1", "system-cas", spec("other.qcow2", &other, None)).await;
+    let message = wait_reason(&env, "system-cas", "ImageCertificateUntrusted").await;
+    assert!(
+        message.contains("not trusted") && message.contains("spec.image.caSecretRef"),
+        "{message}"
+    );
+    assert!(
+        message.contains(&format!("https://127.0.0.1:{}/other.qcow2", server.port)),
+        "{message}"
+    );
+    machine(
+        &env,
+        "c1",
+        "other-ca",
+        spec("other.qcow2", &other, Some("stranger-ca")),
+    )
+    .await;
+    wait_reason(&env, "other-ca", "ImageCertificateUntrusted").await;
+    machine(
+        &env,
+        "c1",
+        "no-secret",
+        spec("other.qcow2", &other, Some("absent")),
+    )
+    .await;
+    let message = wait_reason(&env, "no-secret", "ImageCASecretMissing").await;
+    assert!(message.contains("absent"), "{message}");
+
+    // With the mirror's CA: fetched over HTTPS, verified, provisioned.
+    machine(
+        &env,
+        "c1",
+        "trusted",
+        spec("os.qcow2", &image, Some("mirror-ca")),
+    )
+    .await;
+    let provisioned = wait_provisioned(&env, "trusted").await;
+    assert!(provisioned.spec.provider_id.is_some());
+    let heads = server.requests.lock().unwrap().clone();
+    assert_eq!(
+        heads
+            .iter()
+            .filter(|h| h.starts_with("GET /os.qcow2 "))
+            .count(),
+        1,
+        "{heads:?}"
+    );
+    assert!(
+        !heads.iter().any(|h| h.starts_with("GET /other.qcow2 ")),
+        "an untrusted server got a request: {heads:?}"
+    );
+    // Only the verified image is in the pool.
+    let volumes = env
+        .driver
+        .volumes(&hv, "default", NAME_PREFIX)
+        .await
+        .unwrap();
+    let bases: Vec<&String> = volumes.iter().filter(|v| v.contains("-base-")).collect();
+    assert_eq!(
+        bases,
+        vec![&capstan_kvm::machine::base_volume(&sha256_hex(&image))],
+        "{volumes:?}"
+    );
+    // An Event says why the untrusted ones wait.
+    let events: Api<Event> = Api::namespaced(env.client.clone(), &env.namespace);
+    let events = events.list(&ListParams::default()).await.unwrap().items;
+    assert!(
+        events
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("ImageCertificateUntrusted")),
+        "{events:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vms_of_one_template_take_their_own_addresses_from_an_ip_pool() {
+    let env = start("ippool").await;
+    let hv = hypervisor_file(env.dir.path(), "hv", 16, 32 << 10);
+    cluster(&env, "c1", json!([{"name": "hv", "uri": hv}])).await;
+    let ns = Some(env.namespace.as_str());
+    // One spec for both, as a KVMMachineTemplate gives its machines.
+    let spec = json!({"resources": {"cpu": 1, "memory": "128Mi", "disk": "1Gi"}, "image": image(&env),
+                      "networks": [{"network": "default", "ipPoolRef": {"name": "vms"}}]});
+    for name in ["vm-a", "vm-b"] {
+        machine(&env, "c1", name, spec.clone()).await;
+    }
+    // capstan's IPAM controller is not running here: its part (an IPAddress for each claim,
+    // named in the claim's status) is played by hand, as its contract says.
+    let claims = api(
+        &env.client,
+        "ipam.metal3.io/v1alpha1",
+        "IPClaim",
+        "ipclaims",
+        ns,
+    );
+    for (name, address) in [("vm-a", "10.0.0.10"), ("vm-b", "10.0.0.11")] {
+        let claim_name = capstan_kvm::machine::ip_claim_name(name, 0);
+        let claim = poll(&format!("IPClaim {claim_name}"), || async {
+            claims.get_opt(&claim_name).await.unwrap()
+        })
+        .await;
+        assert_eq!(claim.data["spec"]["pool"]["name"], "vms");
+        let owners = claim.metadata.owner_references.clone().unwrap_or_default();
+        assert!(
+            owners
+                .iter()
+                .any(|o| o.kind == "KVMMachine" && o.name == name),
+            "{owners:?}"
+        );
+        // Until then the machine waits and says for what.
+        let waiting = wait_reason(&env, name, "WaitingForIPAddress").await;
+        assert!(waiting.contains("IPPool vms"), "{waiting}");
+        let address_name = format!("vms-{}", address.replace('.', "-"));
+        create(
+            &env.client,
+            "ipam.metal3.io/v1alpha1",
+            "IPAddress",
+            "ipaddresses",
+            ns,
+            json!({
+                "metadata": {"name": address_name},
+                "spec": {"address": address, "prefix": 24, "gateway": "10.0.0.1",
+                         "pool": {"name": "vms"}, "claim": {"name": claim_name}},
+            }),
+        )
+        .await;
+        claims
+            .patch_status(
+                &claim_name,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"status": {"address": {"name": address_name}}})),
+            )
+            .await
+            .unwrap();
+    }
+    for (name, address) in [("vm-a", "10.0.0.10"), ("vm-b", "10.0.0.11")] {
+        let provisioned = wait_provisioned(&env, name).await;
+        let status = serde_json::to_value(&provisioned.status).unwrap();
+        let internal: Vec<&str> = status["addresses"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|a| a["type"] == "InternalIP")
+            .filter_map(|a| a["address"].as_str())
+            .collect();
+        assert_eq!(internal, vec![address], "{name}: {status}");
+    }
+    // An address given as well as a pool: refused, saying which to keep.
+    let mut both = spec.clone();
+    both["networks"][0]["address"] = json!("10.0.0.99/24");
+    machine(&env, "c1", "vm-both", both).await;
+    let message = wait_reason(&env, "vm-both", "InvalidSpec").await;
+    assert!(message.contains("keep one"), "{message}");
 }

@@ -70,6 +70,7 @@ pub mod id {
     pub const WRONG_API_GROUP: &str = "wrong-api-group";
     pub const NO_HYPERVISORS: &str = "no-hypervisors";
     pub const ENDPOINT_UNSERVED: &str = "endpoint-unserved";
+    pub const IP_POOL_TOO_SMALL: &str = "ip-pool-too-small";
 }
 
 const fn rule(
@@ -365,6 +366,13 @@ static RULES: &[RuleInfo] = &[
         "a control-plane endpoint no machine will serve",
         "Workers join through the cluster's control-plane endpoint and the Cluster waits for its API there. No machine serves it when the Cluster has no control plane (no controlPlaneRef, or zero replicas); when it is written on a KVMCluster that only lends hypervisors to a cluster whose infrastructure is another provider (the endpoint is the one on the Cluster's own infrastructure cluster: no second infrastructure cluster pointing at the first one's endpoint is needed); or, as a warning, when a control plane on KVM VMs has no static pod announcing the address (kube-vip) and no VM holding it, so only a load balancer outside the manifests could.",
         "Give the Cluster a control plane with replicas; remove the endpoint from a KVMCluster that only lends hypervisors; announce the address with kube-vip in the KubeadmControlPlane's files, give a control-plane VM that static address, or point the endpoint at your load balancer.",
+    ),
+    rule(
+        id::IP_POOL_TOO_SMALL,
+        Error,
+        "an IPPool with fewer addresses than the KVM machines whose templates take theirs from it",
+        "Each KVMMachine of a KVMMachineTemplate whose NIC names an IPPool (`networks[].ipPoolRef`) claims one address of that pool; the replicas of the KubeadmControlPlane and MachineDeployments using such templates add up per pool. When the pool's ranges hold fewer, the remaining machines wait forever with `WaitingForIPAddress`. As a warning when no address is spare: a rolling upgrade adds a machine before it removes one. Skipped with `--partial`.",
+        "Widen the IPPool's ranges (`capstan render`'s `ipPool.end`), or lower the replicas.",
     ),
     rule(
         id::NOT_ENOUGH_HOSTS,

@@ -55,6 +55,9 @@ pub struct KvmImage {
     /// `qcow2` (the default) or `raw`.
     #[schemars(extend("enum" = ["qcow2", "raw"], "x-capstan-default" = "qcow2"))]
     pub format: Option<String>,
+    /// Secret (in the machine's namespace) whose `ca.crt` holds the PEM CA certificates an
+    /// `https://` image server's certificate may chain to, besides the system's.
+    pub ca_secret_ref: Option<LocalSecretReference>,
 }
 
 /// One NIC: on a libvirt network or a host bridge.
@@ -73,6 +76,10 @@ pub struct KvmNetwork {
     pub address: Option<String>,
     /// The default gateway for [`Self::address`].
     pub gateway: Option<String>,
+    /// An IPPool (`ipam.metal3.io`, the machine's namespace) the static address comes from
+    /// instead of [`Self::address`]: the machine claims one (an IPClaim it owns) and uses the
+    /// address, prefix and gateway it is given, so each VM of a template gets its own.
+    pub ip_pool_ref: Option<crate::meta::LocalObjectReference>,
 }
 
 /// An extra volume: formatted and mounted by cloud-init (kubelet, etcd, host volumes).

@@ -14,10 +14,12 @@
 //! `v1beta1` objects carry that `apiVersion`.
 
 use capstan_model::capm3::ApiEndpoint;
+use capstan_model::ipam::{IPPool, IpPoolSpec, Pool};
 use capstan_model::kvm::{
     self, KvmClusterSpec, KvmHypervisor, KvmImage, KvmMachineSpec, KvmMachineTemplateResource,
     KvmMachineTemplateSpec, KvmNetwork, KvmResources,
 };
+use capstan_model::meta::LocalObjectReference;
 use serde_json::{Value, json};
 
 use crate::cluster::{Names, object_meta};
@@ -107,7 +109,57 @@ pub(crate) fn place_on_vms(
             _ => {}
         }
     }
+    // The address ranges of the VM groups, beside their templates.
+    let mut groups = Vec::new();
+    if control_plane_on_vms {
+        groups.push((names.control_plane(), spec.control_plane.vm.as_ref()));
+    }
+    for pool in &pools_on_vms {
+        groups.push((names.pool(&pool.name), pool.vm.as_ref()));
+    }
+    for (template, vm) in groups {
+        for pool in ip_pools(plan, kvm, &template, vm) {
+            objects.push(encode(&pool)?);
+        }
+    }
     Ok(())
+}
+
+/// The IPPool a VM group's NIC `index` takes its addresses from: `<template>-nic<index>`.
+pub(crate) fn ip_pool_name(template: &str, index: usize) -> String {
+    format!("{template}-nic{index}")
+}
+
+/// The IPPools of a VM group's NICs that have an `ipPool` (one address per VM, the gateway and
+/// the KVM DNS servers handed out with each).
+fn ip_pools(plan: &Plan<'_>, kvm: &Kvm, template: &str, vm: Option<&Vm>) -> Vec<IPPool> {
+    let Some(vm) = vm else {
+        return Vec::new();
+    };
+    vm.networks
+        .iter()
+        .enumerate()
+        .filter_map(|(index, network)| {
+            let range = network.ip_pool.as_ref()?;
+            let name = ip_pool_name(template, index);
+            let spec = IpPoolSpec {
+                cluster_name: Some(plan.spec.name.clone()),
+                name_prefix: name.clone(),
+                pools: vec![Pool {
+                    start: Some(range.start.clone()),
+                    end: Some(range.end.clone()),
+                    ..Pool::default()
+                }],
+                prefix: Some(i32::from(range.prefix)),
+                gateway: network.gateway.clone(),
+                dns_servers: (!kvm.dns_servers.is_empty()).then(|| kvm.dns_servers.clone()),
+                ..IpPoolSpec::default()
+            };
+            let mut pool = IPPool::new(&name, None, spec);
+            pool.metadata = object_meta(plan, name, &[]);
+            Some(pool)
+        })
+        .collect()
 }
 
 fn is(object: &Value, kind: &str, name: &str) -> bool {
@@ -180,16 +232,22 @@ fn machine_template(
             checksum: Some(kvm.image.checksum.trim().to_owned()),
             checksum_type: kvm.image.checksum_type.clone(),
             format: kvm.image.format.clone(),
+            ca_secret_ref: None,
         }),
         networks: vm
             .networks
             .iter()
-            .map(|n| KvmNetwork {
+            .enumerate()
+            .map(|(index, n)| KvmNetwork {
                 network: n.network.clone(),
                 bridge: n.bridge.clone(),
                 user: None,
                 address: n.address.clone(),
-                gateway: n.gateway.clone(),
+                // With a pool the gateway is the pool's, given with each address.
+                gateway: n.gateway.clone().filter(|_| n.ip_pool.is_none()),
+                ip_pool_ref: n.ip_pool.as_ref().map(|_| LocalObjectReference {
+                    name: ip_pool_name(&name, index),
+                }),
             })
             .collect(),
         ..KvmMachineSpec::default()

@@ -168,13 +168,29 @@ pub struct VmNetwork {
     /// A host bridge instead of a libvirt network.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bridge: Option<String>,
-    /// A static address with prefix (`10.0.0.5/24`). Default: DHCP. A pool of several VMs takes
-    /// DHCP addresses: a static address suits a single VM.
+    /// A static address with prefix (`10.0.0.5/24`), for a group of one VM (every VM of the group
+    /// would get it). Default: DHCP, or `ipPool`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub address: Option<String>,
-    /// The gateway of a static address.
+    /// The gateway of a static address, or of the addresses of `ipPool`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gateway: Option<String>,
+    /// Static addresses for a group of several VMs: each VM takes its own from this range (an
+    /// IPPool `<template>-nic<N>` rendered beside the group's KVMMachineTemplate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip_pool: Option<VmIpPool>,
+}
+
+/// A range of addresses the VMs of a group take theirs from, one each.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct VmIpPool {
+    /// First address of the range (`10.0.0.40`).
+    pub start: String,
+    /// Last address of the range, included (`10.0.0.49`).
+    pub end: String,
+    /// Prefix length of the addresses (`24`).
+    pub prefix: u8,
 }
 
 /// The KVM hypervisors VMs run on, their base image and node settings.

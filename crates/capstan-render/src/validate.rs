@@ -22,7 +22,7 @@ use crate::network::{
 };
 use crate::spec::{
     BmcCredentials, ChecksumType, Host, IntOrPercent, Machines, Role, RootDeviceHints, Spec, Vm,
-    WorkerPool,
+    VmIpPool, WorkerPool,
 };
 use crate::{LABEL_CLUSTER, LABEL_POOL, LABEL_ROLE};
 
@@ -379,13 +379,21 @@ impl<'s> Checker<'s> {
     fn check_kvm(&mut self) {
         let spec = self.spec;
         let control_plane_on_vms = spec.control_plane.machines == Machines::Kvm;
-        let mut groups: Vec<(FieldPath, Option<&Vm>)> = Vec::new();
+        let mut groups: Vec<(FieldPath, Option<&Vm>, u32)> = Vec::new();
         if control_plane_on_vms {
-            groups.push((path("controlPlane"), spec.control_plane.vm.as_ref()));
+            groups.push((
+                path("controlPlane"),
+                spec.control_plane.vm.as_ref(),
+                spec.control_plane.replicas,
+            ));
         }
         for (i, pool) in spec.worker_pools.iter().enumerate() {
             if pool.machines == Machines::Kvm {
-                groups.push((path("workerPools").index(i), pool.vm.as_ref()));
+                groups.push((
+                    path("workerPools").index(i),
+                    pool.vm.as_ref(),
+                    pool.replicas,
+                ));
             } else if pool.vm.is_some() {
                 self.warn(
                     &path("workerPools").index(i).key("vm"),
@@ -400,7 +408,7 @@ impl<'s> Checker<'s> {
             );
         }
         let Some(kvm) = &spec.kvm else {
-            if let Some((at, _)) = groups.first() {
+            if let Some((at, _, _)) = groups.first() {
                 self.error(
                     &at.key("machines"),
                     "machines run as KVM VMs but the spec has no `kvm` section: list the hypervisors and the VMs' base image there",
@@ -511,7 +519,7 @@ impl<'s> Checker<'s> {
                 );
             }
         }
-        for (at, vm) in groups {
+        for (at, vm, replicas) in groups {
             let Some(vm) = vm else { continue };
             let at = at.key("vm");
             for (field, value) in [
@@ -549,7 +557,72 @@ impl<'s> Checker<'s> {
                         format!("{gateway:?} is not an IP address"),
                     );
                 }
+                if network.address.is_some() && replicas > 1 {
+                    self.error(
+                        &at.key("address"),
+                        format!("every one of the {replicas} VMs would get this address: give the group an `ipPool` (a range the VMs take one address each from) instead"),
+                    );
+                }
+                if let Some(pool) = &network.ip_pool {
+                    if network.address.is_some() {
+                        self.error(
+                            &at.key("ipPool"),
+                            "set `address` (one VM) or `ipPool` (one address each from a range), not both",
+                        );
+                    }
+                    self.check_vm_ip_pool(&at.key("ipPool"), pool, replicas);
+                }
             }
+        }
+    }
+
+    /// A VM group's address range: addresses of one family, in order, with room for every
+    /// replica (and one more for rolling upgrades), and not holding the VIP.
+    fn check_vm_ip_pool(&mut self, at: &FieldPath, pool: &VmIpPool, replicas: u32) {
+        let (Ok(start), Ok(end)) = (pool.start.parse::<IpAddr>(), pool.end.parse::<IpAddr>())
+        else {
+            for (field, value) in [("start", &pool.start), ("end", &pool.end)] {
+                if value.parse::<IpAddr>().is_err() {
+                    self.error(&at.key(field), format!("{value:?} is not an IP address"));
+                }
+            }
+            return;
+        };
+        let max_prefix = if start.is_ipv4() { 32 } else { 128 };
+        if pool.prefix == 0 || pool.prefix > max_prefix {
+            self.error(
+                &at.key("prefix"),
+                format!("prefix {} is not between 1 and {max_prefix}", pool.prefix),
+            );
+        }
+        let Some(size) = range_size(start, end) else {
+            self.error(
+                &at.key("end"),
+                format!("{end} does not come after {start} in the same address family"),
+            );
+            return;
+        };
+        if size < u128::from(replicas) {
+            self.error(
+                at,
+                format!(
+                    "{start}..{end} holds {size} addresses for {replicas} VMs: widen the range"
+                ),
+            );
+        } else if size == u128::from(replicas) {
+            self.warn(
+                at,
+                format!("{start}..{end} holds exactly {replicas} addresses: a rolling upgrade adds a VM before it removes one, leave at least one spare"),
+            );
+        }
+        if let Ok(vip) = self.spec.control_plane.vip.parse::<IpAddr>()
+            && range_size(start, vip).is_some()
+            && range_size(vip, end).is_some()
+        {
+            self.error(
+                at,
+                format!("the control-plane endpoint {vip} is inside {start}..{end}: a VM would take the VIP; move one of them"),
+            );
         }
     }
 
@@ -1809,9 +1882,32 @@ fn is_label_value(value: &str) -> bool {
     value.is_empty() || is_label_name(value)
 }
 
+/// How many addresses `start..=end` holds; `None` when `end` comes before `start` or the two are
+/// of different families.
+pub(crate) fn range_size(start: IpAddr, end: IpAddr) -> Option<u128> {
+    let (start, end) = match (start, end) {
+        (IpAddr::V4(start), IpAddr::V4(end)) => {
+            (u128::from(u32::from(start)), u128::from(u32::from(end)))
+        }
+        (IpAddr::V6(start), IpAddr::V6(end)) => (u128::from(start), u128::from(end)),
+        _ => return None,
+    };
+    end.checked_sub(start).map(|d| d.saturating_add(1))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn range_sizes() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(range_size(ip("10.0.0.40"), ip("10.0.0.42")), Some(3));
+        assert_eq!(range_size(ip("10.0.0.40"), ip("10.0.0.40")), Some(1));
+        assert_eq!(range_size(ip("10.0.0.42"), ip("10.0.0.40")), None);
+        assert_eq!(range_size(ip("10.0.0.40"), ip("fd00::1")), None);
+        assert_eq!(range_size(ip("fd00::1"), ip("fd00::100")), Some(256));
+    }
 
     #[test]
     fn name_rules() {

@@ -10,7 +10,7 @@ use capstan_render::spec::{
     ControlPlane, CrsStrategy, DiskFormat, Dns, DnsWait, HealthCheck, Host, HostDefaults,
     HostNetwork, Hypervisor, Image, IntOrPercent, KubeVip, Kubernetes, Kvm, LacpRate, Machines,
     PhysicalLink, Role, RootDeviceHints, Router, Spec, StaticRoute, User, Vlan, Vm, VmImage,
-    VmNetwork, WorkerPool, XmitHashPolicy,
+    VmIpPool, VmNetwork, WorkerPool, XmitHashPolicy,
 };
 use serde_json::Value;
 
@@ -53,6 +53,11 @@ fn every_field() -> Spec {
             bridge: Some("b".into()),
             address: Some("a".into()),
             gateway: Some("g".into()),
+            ip_pool: Some(VmIpPool {
+                start: "s".into(),
+                end: "e".into(),
+                prefix: 24,
+            }),
         }],
     };
     let mut spec = capstan_render::generate::generated_spec(1);

@@ -160,3 +160,113 @@ fn kvm_settings_that_cannot_work_are_refused_at_their_lines() {
         "{message}"
     );
 }
+
+/// The reverse of the example with its pool of VMs grown to `replicas`, each NIC's address from
+/// `pool` (the `ipPool` YAML flow map).
+fn vm_pool(replicas: u32, network: &str) -> String {
+    let text = reverse(&example()).replace(
+        "  - name: metal\n    replicas: 1\n    machines: kvm\n",
+        &format!(
+            "  - name: metal\n    replicas: {replicas}\n    machines: kvm\n    vm:\n      networks:\n        - {network}\n"
+        ),
+    );
+    assert!(text.contains("    vm:\n      networks:"), "{text}");
+    text
+}
+
+#[test]
+fn each_vm_of_a_pool_takes_its_own_address_from_an_ip_pool() {
+    let text = vm_pool(
+        3,
+        "{bridge: br0, gateway: 10.250.250.1, ipPool: {start: 10.250.250.50, end: 10.250.250.53, prefix: 24}}",
+    );
+    for version in common::VERSIONS {
+        let bundle = render_text(&text, version).unwrap();
+        let objects = common::objects(&bundle);
+        let pool = one(&objects, "IPPool");
+        assert_eq!(pool["apiVersion"], "ipam.metal3.io/v1alpha1");
+        assert_eq!(pool["metadata"]["name"], "mixed-metal-nic0");
+        assert_eq!(pool["metadata"]["namespace"], "default");
+        assert_eq!(
+            pool["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"],
+            "mixed"
+        );
+        assert_eq!(pool["spec"]["clusterName"], "mixed");
+        assert_eq!(pool["spec"]["pools"][0]["start"], "10.250.250.50");
+        assert_eq!(pool["spec"]["pools"][0]["end"], "10.250.250.53");
+        assert_eq!(pool["spec"]["prefix"], 24);
+        assert_eq!(pool["spec"]["gateway"], "10.250.250.1");
+        assert_eq!(pool["spec"]["dnsServers"][0], "10.250.250.1");
+        let template = common::of_kind(&objects, "KVMMachineTemplate")
+            .find(|t| t["metadata"]["name"] == "mixed-metal")
+            .unwrap();
+        let network = &template["spec"]["template"]["spec"]["networks"][0];
+        assert_eq!(network["ipPoolRef"]["name"], "mixed-metal-nic0");
+        assert_eq!(network["bridge"], "br0");
+        assert!(network.get("address").is_none(), "{network}");
+        assert!(network.get("gateway").is_none(), "{network}");
+    }
+    // Without ipPool there is no IPPool.
+    let bundle = render_text(&reverse(&example()), CapiVersion::V1beta2).unwrap();
+    assert_eq!(
+        common::of_kind(&common::objects(&bundle), "IPPool").count(),
+        0
+    );
+}
+
+#[test]
+fn vm_addresses_that_cannot_serve_the_pool_are_refused_at_their_lines() {
+    let line =
+        |text: &str, needle: &str| text.lines().position(|l| l.contains(needle)).unwrap() + 1;
+    let cases = [
+        // Three VMs, two addresses.
+        (
+            vm_pool(
+                3,
+                "{bridge: br0, ipPool: {start: 10.250.250.50, end: 10.250.250.51, prefix: 24}}",
+            ),
+            "holds 2 addresses for 3 VMs",
+        ),
+        // One address for three VMs.
+        (
+            vm_pool(3, "{bridge: br0, address: 10.250.250.50/24}"),
+            "every one of the 3 VMs would get this address",
+        ),
+        // The VIP (10.250.250.29) inside the range.
+        (
+            vm_pool(
+                2,
+                "{bridge: br0, ipPool: {start: 10.250.250.20, end: 10.250.250.30, prefix: 24}}",
+            ),
+            "the control-plane endpoint 10.250.250.29 is inside",
+        ),
+        (
+            vm_pool(
+                2,
+                "{bridge: br0, ipPool: {start: 10.250.250.60, end: 10.250.250.50, prefix: 24}}",
+            ),
+            "does not come after",
+        ),
+        (
+            vm_pool(
+                2,
+                "{bridge: br0, address: 10.250.250.9/24, ipPool: {start: 10.250.250.50, end: 10.250.250.59, prefix: 24}}",
+            ),
+            "not both",
+        ),
+    ];
+    for (text, expected) in cases {
+        let message = render_text(&text, CapiVersion::V1beta2)
+            .unwrap_err()
+            .to_string();
+        let at = format!(
+            "{NAME}:{}: workerPools[0].vm.networks[0]",
+            line(&text, "        - {bridge")
+        );
+        assert!(message.contains(&at), "{at:?} not in:\n{message}");
+        assert!(
+            message.contains(expected),
+            "{expected:?} not in:\n{message}"
+        );
+    }
+}

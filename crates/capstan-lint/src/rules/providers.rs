@@ -23,7 +23,7 @@ use serde_json::Value;
 use super::Ctx;
 use crate::catalogue::id;
 use crate::diagnostic::{Diagnostic, Severity};
-use crate::index::{ClusterView, Entry, Index, Ref, same_namespace};
+use crate::index::{ClusterView, Entry, Index, Ref, View, same_namespace};
 
 const INFRA: &str = "infrastructure.cluster.x-k8s.io";
 
@@ -103,8 +103,125 @@ fn kvm_template<'i, 'a>(
 pub(crate) fn check(ctx: &Ctx<'_, '_>, out: &mut Vec<Diagnostic>) {
     if !ctx.partial {
         pools(ctx, out);
+        vm_addresses(ctx, out);
     }
     endpoints(ctx, out);
+}
+
+/// How many addresses an IPPool's ranges hold; `None` when a range is not understood.
+fn pool_size(pool: &capstan_model::ipam::IpPoolSpec) -> Option<u128> {
+    use std::net::IpAddr;
+    let mut total: u128 = 0;
+    for range in &pool.pools {
+        let start = range.start.as_deref()?.parse::<IpAddr>().ok()?;
+        let end = range.end.as_deref()?.parse::<IpAddr>().ok()?;
+        let size = match (start, end) {
+            (IpAddr::V4(s), IpAddr::V4(e)) => {
+                u128::from(u32::from(e)).checked_sub(u128::from(u32::from(s)))?
+            }
+            (IpAddr::V6(s), IpAddr::V6(e)) => u128::from(e).checked_sub(u128::from(s))?,
+            _ => return None,
+        };
+        total = total.saturating_add(size.saturating_add(1));
+    }
+    Some(total)
+}
+
+/// An IPPool by namespace and name.
+type PoolKey = (Option<String>, String);
+/// Replicas taking addresses from a pool, and who asks for them.
+type PoolDemand = (i64, Vec<(String, crate::diagnostic::Location)>);
+
+/// IPPools named by KVMMachineTemplates' NICs hold an address for every machine of those
+/// templates.
+fn vm_addresses(ctx: &Ctx<'_, '_>, out: &mut Vec<Diagnostic>) {
+    // (pool namespace, pool name) → (replicas, who needs them)
+    let mut demand: std::collections::BTreeMap<PoolKey, PoolDemand> =
+        std::collections::BTreeMap::new();
+    let mut users: Vec<(&Entry<'_>, &Ref, i32)> = Vec::new();
+    for (entry, kcp) in ctx.index.control_planes() {
+        users.push((entry, &kcp.infrastructure_ref, kcp.replicas.unwrap_or(1)));
+    }
+    for (entry, md) in ctx.index.deployments() {
+        users.push((entry, &md.infrastructure_ref, md.replicas.unwrap_or(1)));
+    }
+    for (user, reference, replicas) in users {
+        let Some(template) = kvm_template(ctx.index, reference, user) else {
+            continue;
+        };
+        let networks = template
+            .obj
+            .value
+            .pointer("/spec/template/spec/networks")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let pools: std::collections::BTreeSet<String> = networks
+            .iter()
+            .filter_map(|n| n.pointer("/ipPoolRef/name").and_then(Value::as_str))
+            .map(str::to_owned)
+            .collect();
+        for pool in pools {
+            let need = demand
+                .entry((template.namespace().map(str::to_owned), pool))
+                .or_default();
+            need.0 += i64::from(replicas.max(0));
+            need.1
+                .push((user.id.to_string(), user.at_str("spec.replicas")));
+        }
+    }
+    if demand.is_empty() {
+        return;
+    }
+    for (entry, pool) in ctx.index.each(|v| match v {
+        View::IpPool(p) => Some(p.as_ref()),
+        _ => None,
+    }) {
+        let key = (
+            entry.namespace().map(str::to_owned),
+            entry.name().to_owned(),
+        );
+        let Some((need, needed_by)) = demand.get(&key) else {
+            continue;
+        };
+        let Some(have) = pool_size(pool) else {
+            continue;
+        };
+        let need_u = u128::try_from(*need).unwrap_or(0);
+        let (message, severity_warning) = if have < need_u {
+            (
+                format!(
+                    "IPPool {} holds {have} addresses, but {need} KVM machines take theirs from it",
+                    entry.id
+                ),
+                false,
+            )
+        } else if have == need_u {
+            (
+                format!(
+                    "IPPool {} holds exactly the {need} addresses its KVM machines take: none is spare for a rolling upgrade",
+                    entry.id
+                ),
+                true,
+            )
+        } else {
+            continue;
+        };
+        let mut d = Diagnostic::new(id::IP_POOL_TOO_SMALL, message, entry.at_str("spec.pools"))
+            .why(if severity_warning {
+                "a rolling upgrade (KubeadmControlPlane, MachineDeployment) adds a machine before it removes one; that machine waits for an address"
+            } else {
+                "each KVMMachine claims one address of the pool; the rest wait with WaitingForIPAddress and never get a VM"
+            })
+            .hint("widen the pool's ranges, or lower the replicas");
+        if severity_warning {
+            d = d.with_severity(Severity::Warning);
+        }
+        for (name, location) in needed_by {
+            d = d.related(format!("replicas of {name}"), location.clone());
+        }
+        out.push(d);
+    }
 }
 
 fn pools(ctx: &Ctx<'_, '_>, out: &mut Vec<Diagnostic>) {
@@ -423,6 +540,51 @@ spec:
                 .diagnostics
                 .iter()
                 .any(|d| lends(&d))
+        );
+    }
+
+    #[test]
+    fn an_ip_pool_smaller_than_its_vms() {
+        let with_pool = |end: &str, replicas: u32| {
+            MIXED
+                .replace("  replicas: 1\n", &format!("  replicas: {replicas}\n"))
+                .replace(
+                    "      resources: {cpu: 1}\n",
+                    "      resources: {cpu: 1}\n      networks: [{bridge: br0, ipPoolRef: {name: cp-nic0}}]\n",
+                )
+                + &format!(
+                    "---\napiVersion: ipam.metal3.io/v1alpha1\nkind: IPPool\nmetadata: {{name: cp-nic0, namespace: default}}\nspec:\n  namePrefix: cp-nic0\n  pools:\n  - {{start: 10.0.0.50, end: {end}}}\n  prefix: 24\n"
+                )
+        };
+        let small = with_pool("10.0.0.51", 3);
+        let report = lint_text(&small);
+        let found: Vec<_> = report
+            .diagnostics
+            .iter()
+            .filter(|d| d.rule == id::IP_POOL_TOO_SMALL)
+            .collect();
+        assert_eq!(found.len(), 1, "{}", report.render_human(false));
+        assert!(
+            found[0]
+                .message
+                .contains("holds 2 addresses, but 3 KVM machines"),
+            "{}",
+            found[0].message
+        );
+        assert_eq!(found[0].severity, crate::diagnostic::Severity::Error);
+        let exact = lint_text(&with_pool("10.0.0.52", 3));
+        let found: Vec<_> = exact
+            .diagnostics
+            .iter()
+            .filter(|d| d.rule == id::IP_POOL_TOO_SMALL)
+            .collect();
+        assert_eq!(found.len(), 1, "{}", exact.render_human(false));
+        assert_eq!(found[0].severity, crate::diagnostic::Severity::Warning);
+        let roomy = lint_text(&with_pool("10.0.0.60", 3));
+        assert!(
+            !has_rule(&roomy, id::IP_POOL_TOO_SMALL),
+            "{}",
+            roomy.render_human(false)
         );
     }
 }
