@@ -75,9 +75,18 @@ pub fn network_config(node: &NodeConfig) -> String {
                     yaml_string(address)
                 );
                 if let Some(gateway) = &nic.gateway {
+                    // The default route as a prefix: netplan's `to: default` is refused by older
+                    // cloud-init (22.4, Debian 12's: "Address default is not a valid ip
+                    // address"), which then applies no network config at all.
+                    let default = if gateway.contains(':') {
+                        "::/0"
+                    } else {
+                        "0.0.0.0/0"
+                    };
                     let _ = writeln!(
                         out,
-                        "    routes:\n    - to: default\n      via: {}",
+                        "    routes:\n    - to: {}\n      via: {}",
+                        yaml_string(default),
                         yaml_string(gateway)
                     );
                 }
@@ -232,8 +241,26 @@ mod tests {
         assert!(text.contains("macaddress: \"52:54:00:aa:bb:cc\""));
         assert!(text.contains("addresses: [\"192.168.122.10/24\"]"));
         assert!(text.contains("via: \"192.168.122.1\""));
+        // cloud-init 22.4 (Debian 12) refuses `to: default` and then applies no network config.
+        assert!(
+            text.contains("- to: \"0.0.0.0/0\"\n      via: \"192.168.122.1\""),
+            "{text}"
+        );
+        assert!(!text.contains("to: default"), "{text}");
         assert!(text.contains("dhcp4: true"));
         assert!(text.contains("nameservers:\n      addresses: [\"192.168.122.1\"]"));
+    }
+
+    #[test]
+    fn an_ipv6_gateway_is_the_default_route_of_ipv6() {
+        let mut node = node();
+        node.nics[0].address = Some("2001:db8::10/64".into());
+        node.nics[0].gateway = Some("2001:db8::1".into());
+        let text = network_config(&node);
+        assert!(
+            text.contains("- to: \"::/0\"\n      via: \"2001:db8::1\""),
+            "{text}"
+        );
     }
 
     #[test]
