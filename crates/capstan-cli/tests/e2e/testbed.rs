@@ -321,6 +321,8 @@ impl Drop for Vm {
         let _ = virsh(&["destroy", &self.name]);
         let _ = virsh(&["undefine", &self.name]);
         let _ = std::fs::remove_file(&self.disk);
+        // The disk was made beside libvirt, not through it: the pool forgets it on a refresh.
+        let _ = virsh(&["pool-refresh", POOL]);
     }
 }
 
