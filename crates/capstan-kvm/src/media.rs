@@ -75,11 +75,18 @@ pub fn network_config(node: &NodeConfig) -> String {
                     yaml_string(address)
                 );
                 if let Some(gateway) = &nic.gateway {
-                    let _ = writeln!(
-                        out,
-                        "    routes:\n    - to: default\n      via: {}",
-                        yaml_string(gateway)
-                    );
+                    // `gateway4`/`gateway6`, not a route to `default` or `0.0.0.0/0`: cloud-init
+                    // 22.4 (Debian 12's) refuses `to: default` ("Address default is not a valid
+                    // ip address") and then applies no network config at all, and renders routes
+                    // for ifupdown as `route add`, which needs net-tools, while a gateway becomes
+                    // ifupdown's own `gateway` line. Every renderer (ifupdown, netplan, networkd,
+                    // sysconfig) reads these keys.
+                    let key = if gateway.contains(':') {
+                        "gateway6"
+                    } else {
+                        "gateway4"
+                    };
+                    let _ = writeln!(out, "    {key}: {}", yaml_string(gateway));
                 }
             }
             None => {
@@ -231,9 +238,21 @@ mod tests {
         let text = network_config(&node());
         assert!(text.contains("macaddress: \"52:54:00:aa:bb:cc\""));
         assert!(text.contains("addresses: [\"192.168.122.10/24\"]"));
-        assert!(text.contains("via: \"192.168.122.1\""));
+        // cloud-init 22.4 (Debian 12) refuses `to: default` and then applies no network config,
+        // and renders other routes for ifupdown with net-tools' `route`.
+        assert!(text.contains("    gateway4: \"192.168.122.1\"\n"), "{text}");
+        assert!(!text.contains("routes:"), "{text}");
         assert!(text.contains("dhcp4: true"));
         assert!(text.contains("nameservers:\n      addresses: [\"192.168.122.1\"]"));
+    }
+
+    #[test]
+    fn an_ipv6_gateway_is_the_default_route_of_ipv6() {
+        let mut node = node();
+        node.nics[0].address = Some("2001:db8::10/64".into());
+        node.nics[0].gateway = Some("2001:db8::1".into());
+        let text = network_config(&node);
+        assert!(text.contains("    gateway6: \"2001:db8::1\"\n"), "{text}");
     }
 
     #[test]

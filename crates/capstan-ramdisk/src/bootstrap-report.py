@@ -18,6 +18,8 @@ import subprocess
 import yaml
 
 USER_DATA = "/var/lib/cloud/instance/user-data.txt"
+# What cloud-init merged from every part of a MIME multipart user data (a NoCloud medium's).
+MERGED_CLOUD_CONFIG = "/var/lib/cloud/instance/cloud-config.txt"
 SENTINEL = "/run/cluster-api/bootstrap-success.complete"
 
 
@@ -29,13 +31,19 @@ def report(line):
 
 def main():
     data = {}
-    try:
-        with open(USER_DATA) as f:
-            text = f.read()
-        # Drop a `## template: jinja` first line: it is a comment to YAML anyway.
-        data = yaml.safe_load(text) or {}
-    except (OSError, yaml.YAMLError) as e:
-        report(f"user data unreadable: {e}")
+    for path in (USER_DATA, MERGED_CLOUD_CONFIG):
+        try:
+            with open(path) as f:
+                text = f.read()
+            # A `## template: jinja` first line is a comment to YAML anyway.
+            data = yaml.safe_load(text)
+        except (OSError, yaml.YAMLError) as e:
+            data = None
+            report(f"{path} unreadable: {e}")
+        if isinstance(data, dict):
+            break
+    if not isinstance(data, dict):
+        data = {}
     for entry in data.get("write_files") or []:
         path = entry.get("path", "")
         if not os.path.exists(path):

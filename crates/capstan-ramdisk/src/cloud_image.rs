@@ -1,6 +1,7 @@
 //! The Debian cloud-init image the cluster end-to-end tests provision: Debian 12 (minbase, systemd,
-//! `linux-image-cloud-amd64`, real `cloud-init` reading the `config-2` config drive) on a bootable
-//! MBR disk, plus capstan's **kubeadm test stand-in** as `/usr/local/bin/kubeadm`.
+//! `linux-image-cloud-amd64`, real `cloud-init` reading the `config-2` config drive or a NoCloud
+//! `cidata` disk, `systemd-timesyncd` for its NTP settings, `resolvconf` for the DNS servers of
+//! static addresses) on a bootable MBR disk, plus capstan's **kubeadm test stand-in** as `/usr/local/bin/kubeadm`.
 //!
 //! No registry here ships kubeadm or kubelet, so the image cannot run Kubernetes. What it proves is
 //! everything before that: cloud-init itself runs the bootstrap data capstan renders (files with
@@ -90,6 +91,12 @@ const CHROOT_PACKAGES: &[&str] = &[
     // cloud-init's ssh and locale modules fail without them, and users expect to log in by key.
     "openssh-server",
     "locales",
+    // cloud-init's ntp module configures the NTP client it finds; with none it installs chrony,
+    // which needs a network the guests of the tests do not have.
+    "systemd-timesyncd",
+    // ifupdown hands the `dns-nameservers` cloud-init writes for a static address to resolvconf,
+    // which writes /etc/resolv.conf (without it the DNS servers of a static address are unused).
+    "resolvconf",
 ];
 
 /// A built image.

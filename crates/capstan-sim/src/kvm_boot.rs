@@ -4,8 +4,13 @@
 //! `test://` URI this controller plays the guest: once a KVMMachine is provisioned there, it reads
 //! the owner Machine's bootstrap data as cloud-init would (meta data: the KVMMachine's UID as
 //! `uuid`, its name as `hostname`, as the NoCloud medium says) and inits or joins the workload
-//! cluster exactly as a `fake://` host does ([`crate::boot`]). VMs on real hypervisors are left
-//! alone: their guests boot for real. Faults and delays use the same annotations, on the KVMMachine.
+//! cluster exactly as a `fake://` host does ([`crate::boot`]). Faults and delays use the same
+//! annotations, on the KVMMachine.
+//!
+//! VMs on real hypervisors boot for real and are never played. As for a host with a real BMC, the
+//! pass only makes sure their cluster's workload API is served where their nodes will dial it
+//! ([`Simulator::serve_for_real_nodes`]), from the moment the VM is placed on a hypervisor, so it
+//! answers before the guest runs `kubeadm`.
 
 use crate::boot::boot;
 use crate::{ANNOTATION_FAULT, SimError, Simulator};
@@ -31,6 +36,16 @@ impl KvmBootController {
     pub fn new(sim: Arc<Simulator>) -> Self {
         Self { sim }
     }
+}
+
+/// Whether `machine` is placed on a real hypervisor (any URI but libvirt's simulated `test`
+/// driver, local or remote), whose guests boot for real.
+pub fn is_placed_on_real_hypervisor(machine: &KVMMachine) -> bool {
+    machine
+        .status
+        .as_ref()
+        .and_then(|s| s.hypervisor_uri.as_deref())
+        .is_some_and(|uri| !uri.starts_with("test:") && !uri.starts_with("test+"))
 }
 
 /// Whether `machine` runs on a simulated hypervisor and is provisioned.
@@ -83,7 +98,13 @@ impl Reconciler for KvmBootController {
         machine: Arc<KVMMachine>,
         context: Arc<Context>,
     ) -> Result<Action, SimError> {
-        if !is_simulated_and_running(&machine) || machine.metadata.deletion_timestamp.is_some() {
+        if machine.metadata.deletion_timestamp.is_some() {
+            return Ok(Action::await_change());
+        }
+        if is_placed_on_real_hypervisor(&machine) {
+            return self.serve_for_real_vm(&machine, &context).await;
+        }
+        if !is_simulated_and_running(&machine) {
             return Ok(Action::await_change());
         }
         let fault = machine
@@ -147,6 +168,40 @@ impl Reconciler for KvmBootController {
         .await
     }
 }
+
+impl KvmBootController {
+    /// A VM that boots for real: its node registers itself, the workload API only has to be there.
+    async fn serve_for_real_vm(
+        &self,
+        machine: &KVMMachine,
+        context: &Context,
+    ) -> Result<Action, SimError> {
+        if !self.sim.settings().listen {
+            return Ok(Action::await_change());
+        }
+        let namespace = machine.namespace().unwrap_or_default();
+        let Some(owner) = capstan_infra_owner(machine) else {
+            return Ok(Action::await_change());
+        };
+        let Some(owner) = Api::<Machine>::namespaced(context.client().clone(), &namespace)
+            .get_opt(&owner)
+            .await
+            .map_err(error("reading", "Machine", &namespace, &owner))?
+        else {
+            return Ok(Action::await_change());
+        };
+        let key = ClusterKey::new(namespace, owner.spec.cluster_name.clone());
+        if self.sim.serve_for_real_nodes(&key).await? {
+            Ok(Action::await_change())
+        } else {
+            // The cluster's CA Secret or endpoint is not there yet.
+            Ok(Action::requeue(SERVE_RETRY))
+        }
+    }
+}
+
+/// How soon a VM whose cluster's API cannot be served yet (no CA Secret or endpoint) looks again.
+const SERVE_RETRY: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The owner Machine's name, from the owner references.
 fn capstan_infra_owner(machine: &KVMMachine) -> Option<String> {

@@ -51,6 +51,8 @@
 //!   own bootstrap (cloud-init running the bootstrap data, `kubeadm init|join`) registers their
 //!   Nodes there. This is how the end-to-end test with virtual machines gets a workload API, as no
 //!   kube-apiserver is installable here: the machine side is real, the API server is capstan's.
+//!   The same holds for VMs on real hypervisors (any libvirt URI but `test`): once a KVMMachine is
+//!   placed on one, its cluster's API is served on the endpoint port ([`kvm_boot`]).
 //!
 //! - **VMs on simulated hypervisors**: a KVMMachine provisioned on a hypervisor whose libvirt URI
 //!   is `test://` (libvirt's simulated hypervisor, whose domains run nothing) boots the same way

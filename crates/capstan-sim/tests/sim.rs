@@ -144,6 +144,7 @@ async fn start() -> Env {
             vec![
                 controller_task(HostController::new(settings.clone())),
                 boot.boot_task(),
+                boot.kvm_boot_task(),
             ]
         })
         .await
@@ -538,4 +539,122 @@ async fn cluster_ca_pem(env: &Env) -> String {
         .await
         .unwrap();
     String::from_utf8(secret.data.unwrap()["tls.crt"].0.clone()).unwrap()
+}
+
+/// A VM placed on a real hypervisor boots by itself: its cluster's workload API must be served on
+/// the endpoint's port before the guest runs `kubeadm`, as for a host with a real BMC. (Before,
+/// only hosts with a real BMC got it, and a cluster of real VMs had no API to join.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_vm_placed_on_a_real_hypervisor_gets_its_cluster_api_served_on_the_endpoint() {
+    let env = start().await;
+    let (ca_cert, ca_key, _, _) = cluster_ca();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    create(
+        &env.client,
+        "cluster.x-k8s.io/v1beta2",
+        "Cluster",
+        "clusters",
+        json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": "c1", "namespace": NS},
+            "spec": {"controlPlaneEndpoint": {"host": "10.0.2.2", "port": port}},
+        }),
+    )
+    .await;
+    create(
+        &env.client,
+        "v1",
+        "Secret",
+        "secrets",
+        json!({
+            "apiVersion": "v1", "kind": "Secret", "type": "cluster.x-k8s.io/secret",
+            "metadata": {"name": "c1-ca", "namespace": NS},
+            "stringData": {"tls.crt": ca_cert, "tls.key": ca_key},
+        }),
+    )
+    .await;
+    create(
+        &env.client,
+        "cluster.x-k8s.io/v1beta2",
+        "Machine",
+        "machines",
+        json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": "cp-0", "namespace": NS},
+            "spec": {"clusterName": "c1", "bootstrap": {"dataSecretName": "cp-0-bootstrap"},
+                     "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "KVMMachine", "name": "cp-0"}},
+        }),
+    )
+    .await;
+    let machine = Api::<DynamicObject>::namespaced_with(
+        env.client.clone(),
+        NS,
+        &kube::api::ApiResource::erase::<capstan_model::capi::v1beta2::Machine>(&()),
+    )
+    .get("cp-0")
+    .await
+    .unwrap();
+    create(
+        &env.client,
+        "infrastructure.cluster.x-k8s.io/v1beta2",
+        "KVMMachine",
+        "kvmmachines",
+        json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "KVMMachine",
+            "metadata": {"name": "cp-0", "namespace": NS, "ownerReferences": [{
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine", "name": "cp-0",
+                "uid": machine.uid().unwrap()}]},
+            "spec": {"image": {"url": "file:///images/node.qcow2", "checksum": "c".repeat(64)}},
+        }),
+    )
+    .await;
+    let vms: Api<capstan_model::kvm::v1beta2::KVMMachine> = Api::namespaced(env.client.clone(), NS);
+    let cluster_api = Api::<DynamicObject>::namespaced_with(
+        env.client.clone(),
+        NS,
+        &kube::api::ApiResource::erase::<capstan_model::capi::v1beta2::Cluster>(&()),
+    );
+    // Not placed yet: nothing is served.
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+        "something listens on the endpoint port before the VM is placed"
+    );
+    // Placed on a real hypervisor (what the KVM provider records before it builds the VM).
+    vms.patch_status(
+        "cp-0",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(
+            &json!({"status": {"hypervisor": "hv1", "hypervisorURI": "qemu:///system"}}),
+        ),
+    )
+    .await
+    .unwrap();
+    let url = poll("the workload API on the endpoint's port", || {
+        let api = cluster_api.clone();
+        async move {
+            api.get("c1")
+                .await
+                .ok()?
+                .annotations()
+                .get("sim.capstan.io/api-url")
+                .cloned()
+        }
+    })
+    .await;
+    assert_eq!(url, format!("https://127.0.0.1:{port}"));
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
+        "no listener on the endpoint port"
+    );
+    // Nothing is played for a real VM: no Node appears, the guest registers its own.
+    let workload = env.sim.client(&ClusterKey::new(NS, "c1")).await.unwrap();
+    let nodes = Api::<Node>::all(workload)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    assert!(nodes.items.is_empty(), "a Node was simulated for a real VM");
 }

@@ -14,10 +14,12 @@
 //! Phase times per host are printed (run with `--nocapture` to see them).
 //!
 //! The second test, in [`real_cluster`], builds a cluster on such machines: real cloud-init runs
-//! capstan's kubeadm bootstrap data in them.
+//! capstan's kubeadm bootstrap data in them. The third, in [`kvm_cluster`], builds one whose control
+//! plane and workers are VMs capstan's KVM provider makes on the same libvirt.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod kvm_cluster;
 mod real_cluster;
 mod testbed;
 

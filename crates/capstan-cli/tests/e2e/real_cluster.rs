@@ -267,7 +267,7 @@ spec:
 }
 
 /// Polls `check` until it returns `Ok` or `limit` passes, then fails with its last complaint.
-fn until(what: &str, limit: Duration, mut check: impl FnMut() -> Result<(), String>) {
+pub(crate) fn until(what: &str, limit: Duration, mut check: impl FnMut() -> Result<(), String>) {
     let deadline = Instant::now() + limit;
     loop {
         let last = match check() {
@@ -282,7 +282,7 @@ fn until(what: &str, limit: Duration, mut check: impl FnMut() -> Result<(), Stri
     }
 }
 
-fn items(kubeconfig: &Path, resource: &str) -> Vec<Value> {
+pub(crate) fn items(kubeconfig: &Path, resource: &str) -> Vec<Value> {
     kubectl_json(kubeconfig, &["get", resource])["items"]
         .as_array()
         .cloned()
@@ -310,7 +310,7 @@ fn base64_decode(text: &str) -> Vec<u8> {
 }
 
 /// The `capstan-report:` lines of a console log, without the prefix.
-fn report_lines(serial: &str) -> Vec<String> {
+pub(crate) fn report_lines(serial: &str) -> Vec<String> {
     serial
         .lines()
         .filter_map(|l| {

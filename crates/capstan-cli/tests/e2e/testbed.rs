@@ -1,14 +1,17 @@
-//! The end-to-end test's machines: libvirt (started here, since no init system runs services),
-//! sushy-tools' Redfish emulator on loopback, QEMU domains under software emulation, and
-//! `capstan serve` itself.
+//! The end-to-end tests' machines: libvirt (started here, since no init system runs services),
+//! sushy-tools' Redfish emulator on loopback, QEMU domains under software emulation (defined here
+//! for bare-metal hosts, or by capstan's KVM provider, whose leftovers [`KvmLeftovers`] removes),
+//! and `capstan serve` itself.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const URI: &str = "qemu:///system";
+pub const URI: &str = "qemu:///system";
 const POOL_DIR: &str = "/var/lib/libvirt/images";
+/// The storage pool of the bare-metal VMs' disks and of capstan's KVM volumes.
+pub const POOL: &str = "default";
 /// The single system of `sushy-emulator --fake`.
 pub const FAKE_SYSTEM: &str = "27946b59-9e44-4fa7-8e91-f3527a1ef094";
 // bcrypt of the e2e password (rounds 4), so no hasher is needed here.
@@ -22,7 +25,7 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-fn virsh(args: &[&str]) -> (bool, String) {
+pub fn virsh(args: &[&str]) -> (bool, String) {
     let out = Command::new("virsh")
         .arg("-c")
         .arg(URI)
@@ -37,6 +40,70 @@ fn virsh(args: &[&str]) -> (bool, String) {
             String::from_utf8_lossy(&out.stderr)
         ),
     )
+}
+
+/// The names `virsh ARGS` lists (one a line) that start with `prefix`.
+fn names_with_prefix(args: &[&str], prefix: &str) -> Vec<String> {
+    let (ok, out) = virsh(args);
+    assert!(ok, "virsh {args:?}: {out}");
+    out.lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with(prefix))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Every domain, running or not, whose name starts with `prefix` (`virsh list --all`).
+pub fn domains_with_prefix(prefix: &str) -> Vec<String> {
+    names_with_prefix(&["list", "--all", "--name"], prefix)
+}
+
+/// Every volume of the pool whose name starts with `prefix` (`virsh vol-list`).
+pub fn volumes_with_prefix(prefix: &str) -> Vec<String> {
+    let (ok, out) = virsh(&["vol-list", POOL]);
+    assert!(ok, "virsh vol-list {POOL}: {out}");
+    // `vol-list` prints a header, then "NAME  PATH" rows.
+    out.lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|name| name.starts_with(prefix))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// What capstan's KVM provider makes for a test's machines (domains and volumes whose names start
+/// with `prefix`, the base image volumes named here): removed when dropped, so that a failed test
+/// leaves no VM running and no volume in the pool. A passing test has checked that capstan
+/// removed them itself before.
+pub struct KvmLeftovers {
+    pub prefix: String,
+    pub base_volumes: Vec<String>,
+}
+
+impl Drop for KvmLeftovers {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
+
+impl KvmLeftovers {
+    /// Stops and removes the domains, their console logs and the volumes.
+    pub fn remove(&self) {
+        let listed = virsh(&["list", "--all", "--name"]).1;
+        for domain in listed.lines().map(str::trim) {
+            if domain.starts_with(&self.prefix) {
+                let _ = virsh(&["destroy", domain]);
+                let _ = virsh(&["undefine", domain, "--nvram"]);
+                let _ = virsh(&["undefine", domain]);
+                let _ = std::fs::remove_file(format!("/var/log/libvirt/qemu/{domain}-console.log"));
+            }
+        }
+        let listed = virsh(&["vol-list", POOL]).1;
+        for volume in listed.lines().filter_map(|l| l.split_whitespace().next()) {
+            if volume.starts_with(&self.prefix) || self.base_volumes.iter().any(|b| b == volume) {
+                let _ = virsh(&["vol-delete", volume, "--pool", POOL]);
+            }
+        }
+    }
 }
 
 /// Kills `pid` once `limit` has passed, unless dropped first.
@@ -254,6 +321,8 @@ impl Drop for Vm {
         let _ = virsh(&["destroy", &self.name]);
         let _ = virsh(&["undefine", &self.name]);
         let _ = std::fs::remove_file(&self.disk);
+        // The disk was made beside libvirt, not through it: the pool forgets it on a refresh.
+        let _ = virsh(&["pool-refresh", POOL]);
     }
 }
 
