@@ -386,7 +386,8 @@ fn complete(ours: &mut Value, theirs: &Value, model_only: ModelOnly) {
     union_required(ours, theirs);
 }
 
-/// Adds upstream's required fields of an object to the model's.
+/// Upstream's required fields of an object, in upstream's order (the order kube-apiserver reports
+/// missing ones in), then any the model requires besides.
 fn union_required(ours: &mut Value, theirs: &Value) {
     let Some(Value::Array(their_required)) = theirs.get("required") else {
         return;
@@ -394,13 +395,15 @@ fn union_required(ours: &mut Value, theirs: &Value) {
     let Some(our) = ours.as_object_mut() else {
         return;
     };
-    if let Value::Array(list) = our.entry("required").or_insert_with(|| json!([])) {
-        for name in their_required {
-            if !list.contains(name) {
-                list.push(name.clone());
+    let mut required = their_required.clone();
+    if let Some(Value::Array(model)) = our.get("required") {
+        for name in model {
+            if !required.contains(name) {
+                required.push(name.clone());
             }
         }
     }
+    our.insert("required".into(), Value::Array(required));
 }
 
 /// Without an upstream schema to complete it with, a shared kind keeps below its root every field
