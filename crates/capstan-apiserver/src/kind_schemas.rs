@@ -289,15 +289,28 @@ const UPSTREAM_KEYWORDS: &[&str] = &[
     "x-kubernetes-embedded-resource",
 ];
 
-/// What to do with the fields the model names and upstream's version does not have.
+/// Which part of an object a node is in: what users write, or what controllers report.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum ModelOnly {
-    /// In `spec`: dropped, so they are pruned (or refused) as upstream does; they are the other
-    /// served version's fields, which reach this version only through conversion.
-    Drop,
-    /// In `status`: kept, because capstan's controllers write them (see docs/api.md).
-    Keep,
+enum Part {
+    /// `spec` (and anything else but `status`): upstream's contract whole. A field the model
+    /// names that upstream's version does not have (the other served version's field, which
+    /// reaches this version only through conversion) is dropped, so it is pruned or refused as
+    /// upstream does.
+    Spec,
+    /// `status`, written by capstan's controllers: upstream's fields, types, list and map types,
+    /// but not upstream's value rules (required fields, bounds, patterns, enums, formats,
+    /// defaults), and the model's own fields kept; capstan reports status in the model's shape
+    /// (conditions without a `message`, for one), see docs/api.md.
+    Status,
 }
+
+/// The keywords that say how a status value is structured rather than which values it may take.
+const STRUCTURE_KEYWORDS: &[&str] = &[
+    "x-kubernetes-list-type",
+    "x-kubernetes-list-map-keys",
+    "x-kubernetes-map-type",
+    "x-kubernetes-embedded-resource",
+];
 
 /// Completes a kind's schema with upstream's, below the root (`metadata` stays the model's
 /// ObjectMeta).
@@ -311,13 +324,13 @@ fn complete_root(ours: &mut Value, theirs: &Value) {
         if name == "metadata" {
             continue;
         }
-        let model_only = if name == "status" {
-            ModelOnly::Keep
+        let part = if name == "status" {
+            Part::Status
         } else {
-            ModelOnly::Drop
+            Part::Spec
         };
         match our_props.get_mut(name) {
-            Some(our_prop) => complete(our_prop, their_prop, model_only),
+            Some(our_prop) => complete(our_prop, their_prop, part),
             None => {
                 our_props.insert(name.clone(), their_prop.clone());
             }
@@ -327,7 +340,7 @@ fn complete_root(ours: &mut Value, theirs: &Value) {
 }
 
 /// Completes one node of the model's schema with the matching node of upstream's.
-fn complete(ours: &mut Value, theirs: &Value, model_only: ModelOnly) {
+fn complete(ours: &mut Value, theirs: &Value, part: Part) {
     let (Some(our), Some(their)) = (ours.as_object_mut(), theirs.as_object()) else {
         return;
     };
@@ -341,13 +354,31 @@ fn complete(ours: &mut Value, theirs: &Value, model_only: ModelOnly) {
             }
         }
     }
-    for key in [PRESERVE, "nullable"] {
-        match their.get(key) {
-            Some(value) => our.insert(key.into(), value.clone()),
-            None => our.remove(key),
-        };
-    }
-    for key in UPSTREAM_KEYWORDS {
+    match their.get(PRESERVE) {
+        Some(value) => our.insert(PRESERVE.into(), value.clone()),
+        None => our.remove(PRESERVE),
+    };
+    let keywords = match part {
+        Part::Spec => {
+            match their.get("nullable") {
+                Some(value) => our.insert("nullable".into(), value.clone()),
+                None => our.remove("nullable"),
+            };
+            UPSTREAM_KEYWORDS
+        }
+        Part::Status => {
+            if their.get("nullable") == Some(&json!(true)) {
+                our.insert("nullable".into(), json!(true));
+            }
+            for key in UPSTREAM_KEYWORDS {
+                if !STRUCTURE_KEYWORDS.contains(key) && !(typed && our.contains_key(*key)) {
+                    our.remove(*key);
+                }
+            }
+            STRUCTURE_KEYWORDS
+        }
+    };
+    for key in keywords {
         match their.get(*key) {
             Some(value) => our.insert((*key).into(), value.clone()),
             None => our.remove(*key),
@@ -360,14 +391,18 @@ fn complete(ours: &mut Value, theirs: &Value, model_only: ModelOnly) {
             .entry("properties")
             .or_insert_with(|| Value::Object(Map::new()));
         if let Value::Object(our_props) = our_props {
-            if model_only == ModelOnly::Drop {
+            if part == Part::Spec {
                 our_props.retain(|name, _| their_props.contains_key(name));
             }
             for (name, their_prop) in their_props {
                 match our_props.get_mut(name) {
-                    Some(our_prop) => complete(our_prop, their_prop, model_only),
+                    Some(our_prop) => complete(our_prop, their_prop, part),
                     None => {
-                        our_props.insert(name.clone(), their_prop.clone());
+                        let mut added = their_prop.clone();
+                        if part == Part::Status {
+                            structure_only(&mut added);
+                        }
+                        our_props.insert(name.clone(), added);
                     }
                 }
             }
@@ -376,14 +411,41 @@ fn complete(ours: &mut Value, theirs: &Value, model_only: ModelOnly) {
     for key in ["items", "additionalProperties"] {
         let has_properties = our.contains_key("properties");
         match (our.get_mut(key), their.get(key)) {
-            (Some(a), Some(b)) if a.is_object() && b.is_object() => complete(a, b, model_only),
+            (Some(a), Some(b)) if a.is_object() && b.is_object() => complete(a, b, part),
             (None, Some(b)) if !(key == "additionalProperties" && has_properties) => {
-                our.insert(key.into(), b.clone());
+                let mut added = b.clone();
+                if part == Part::Status {
+                    structure_only(&mut added);
+                }
+                our.insert(key.into(), added);
             }
             _ => {}
         }
     }
-    union_required(ours, theirs);
+    if part == Part::Spec {
+        union_required(ours, theirs);
+    }
+}
+
+/// Drops an upstream status node's value rules (see [`Part::Status`]), keeping its structure.
+fn structure_only(node: &mut Value) {
+    let Some(obj) = node.as_object_mut() else {
+        return;
+    };
+    obj.remove("required");
+    for key in UPSTREAM_KEYWORDS {
+        if !STRUCTURE_KEYWORDS.contains(key) {
+            obj.remove(*key);
+        }
+    }
+    if let Some(Value::Object(props)) = obj.get_mut("properties") {
+        props.values_mut().for_each(structure_only);
+    }
+    for key in ["items", "additionalProperties"] {
+        if let Some(child) = obj.get_mut(key) {
+            structure_only(child);
+        }
+    }
 }
 
 /// Upstream's required fields of an object, in upstream's order (the order kube-apiserver reports
