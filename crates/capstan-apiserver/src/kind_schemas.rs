@@ -367,13 +367,9 @@ fn complete(ours: &mut Value, theirs: &Value, part: Part) {
             UPSTREAM_KEYWORDS
         }
         Part::Status => {
+            // The model's own value rules stay; upstream's are not added.
             if their.get("nullable") == Some(&json!(true)) {
                 our.insert("nullable".into(), json!(true));
-            }
-            for key in UPSTREAM_KEYWORDS {
-                if !STRUCTURE_KEYWORDS.contains(key) && !(typed && our.contains_key(*key)) {
-                    our.remove(*key);
-                }
             }
             STRUCTURE_KEYWORDS
         }

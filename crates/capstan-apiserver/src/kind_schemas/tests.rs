@@ -732,7 +732,7 @@ fn differences(ours: &Value, theirs: &Value, path: &str, out: &mut Vec<String>) 
         }
     }
     for name in our_props.keys() {
-        if !their_props.contains_key(name) && !(path.is_empty() && name == "metadata") {
+        if !(their_props.contains_key(name) || path.is_empty() && name == "metadata") {
             out.push(format!("{}: unknown upstream", child(path, name)));
         }
     }
