@@ -15,9 +15,10 @@
 //!   version, reduced to its structure and validations, without descriptions or CEL rules). Every
 //!   field upstream has is added where the model does not name it, a `serde_json::Value` field takes
 //!   upstream's shape, and upstream's required fields, enums, bounds, patterns, formats, defaults,
-//!   list and map types and nullability apply. The model's types and descriptions win where both
-//!   say something (the comparison test fails when they disagree), so `kubectl explain` prints the
-//!   model's documentation.
+//!   list and map types and nullability apply — in `status`, which capstan's controllers write in
+//!   the model's shape, only upstream's fields, types, list and map types (see `Part`). The
+//!   model's types and descriptions win where both say something (a test fails when they
+//!   disagree), so `kubectl explain` prints the model's documentation.
 //!
 //! Either way objects are closed below the root except where upstream (or, for the KVM kinds, the
 //! model) keeps unknown fields, so an unknown field is pruned, or refused with

@@ -119,6 +119,19 @@ fn kubectl_explain_describes_capstan_kinds_in_every_version() {
         assert!(v1beta1.contains("infrastructureRef"), "{name}: {v1beta1}");
         let bmh = ok(&run(&kubectl, &server, &["explain", "bmh.spec.bmc"], None));
         assert!(bmh.contains("credentialsName"), "{name}: {bmh}");
+        // A field only upstream's schema names (the model keeps `rollout` unread) is described
+        // with upstream's structure.
+        let rollout = ok(&run(
+            &kubectl,
+            &server,
+            &[
+                "explain",
+                "kubeadmcontrolplane.spec.rollout.strategy",
+                "--api-version=controlplane.cluster.x-k8s.io/v1beta2",
+            ],
+            None,
+        ));
+        assert!(rollout.contains("rollingUpdate"), "{name}: {rollout}");
     }
 }
 
