@@ -375,14 +375,17 @@ fn admit(
     if violations.is_empty() {
         return Ok(());
     }
-    let causes: Vec<Cause> = violations
+    let causes: Vec<Cause> = violations.iter().map(schema_cause).collect();
+    let mut summary: Vec<String> = causes
         .iter()
-        .map(|v| Cause {
-            reason: "FieldValueInvalid".into(),
-            message: v.message.clone(),
-            field: v.path.to_string(),
-        })
+        .map(|c| format!("{}: {}", c.field, c.message))
         .collect();
+    // kube-apiserver's aggregate: one error as it is, several in brackets.
+    let summary = if summary.len() == 1 {
+        summary.remove(0)
+    } else {
+        format!("[{}]", summary.join(", "))
+    };
     Err(ApiError::Invalid {
         group: request.group().to_owned(),
         kind: request.kind().to_owned(),
@@ -390,13 +393,26 @@ fn admit(
             .as_str()
             .unwrap_or_default()
             .to_owned(),
-        summary: causes
-            .iter()
-            .map(|c| format!("{}: {}", c.field, c.message))
-            .collect::<Vec<_>>()
-            .join(", "),
+        summary,
         causes,
     })
+}
+
+/// A schema violation as kube-apiserver reports a field error: its reason, and for a missing
+/// field its wording (`spec.version: Required value`).
+fn schema_cause(violation: &capstan_schema::Violation) -> Cause {
+    use capstan_schema::ViolationKind;
+    let (reason, message) = match violation.kind {
+        ViolationKind::Required => ("FieldValueRequired", "Required value".to_owned()),
+        ViolationKind::Enum => ("FieldValueNotSupported", violation.message.clone()),
+        ViolationKind::Duplicate => ("FieldValueDuplicate", violation.message.clone()),
+        _ => ("FieldValueInvalid", violation.message.clone()),
+    };
+    Cause {
+        reason: reason.into(),
+        message,
+        field: violation.path.to_string(),
+    }
 }
 
 /// Defaults of the core kinds that clients rely on: a Secret's `stringData` is folded into `data`

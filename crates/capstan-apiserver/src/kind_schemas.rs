@@ -9,12 +9,20 @@
 //!
 //! Two strictness levels, because the model names every field of capstan's own kinds but only the
 //! fields capstan acts on of the kinds it shares with upstream providers:
-//! - [`Strictness::Own`] (the KVM kinds): objects are closed, so unknown fields are pruned (or
-//!   refused with `fieldValidation=Strict`), and the validations written on the model's fields
-//!   (required fields, enums, patterns, minimums, defaults) apply.
-//! - [`Strictness::Upstream`] (everything else): below the root every object also keeps the fields
-//!   the model does not name, so nothing a user (or an upstream controller) writes is ever pruned,
-//!   while the named fields are type-checked.
+//! - [`Strictness::Own`] (the KVM kinds): the model's schema is the whole contract.
+//! - [`Strictness::Upstream`] (everything else): the model's schema is completed with the upstream
+//!   CRD's (`kind_schemas/upstream.json`: the providers' published `openAPIV3Schema` of each kind
+//!   version, reduced to its structure and validations, without descriptions or CEL rules). Every
+//!   field upstream has is added where the model does not name it, a `serde_json::Value` field takes
+//!   upstream's shape, and upstream's required fields, enums, bounds, patterns, formats, defaults,
+//!   list and map types and nullability apply — in `status`, which capstan's controllers write in
+//!   the model's shape, only upstream's fields, types, list and map types (see `Part`). The
+//!   model's types and descriptions win where both say something (a test fails when they
+//!   disagree), so `kubectl explain` prints the model's documentation.
+//!
+//! Either way objects are closed below the root except where upstream (or, for the KVM kinds, the
+//! model) keeps unknown fields, so an unknown field is pruned, or refused with
+//! `fieldValidation=Strict` naming its path, as kube-apiserver does.
 //!
 //! Model fields carry two capstan-specific keywords that become standard ones here:
 //! `x-capstan-required` (a field that must be given even though the Rust type defaults it) and
@@ -31,9 +39,9 @@ use std::sync::OnceLock;
 /// How closed a kind's objects are (see the module documentation).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Strictness {
-    /// capstan's own kinds: closed objects, full validation.
+    /// capstan's own kinds: the model's schema alone.
     Own,
-    /// Kinds shared with upstream providers: named fields typed, unknown fields kept.
+    /// Kinds shared with upstream providers: the model's schema completed with upstream's.
     Upstream,
 }
 
@@ -41,8 +49,9 @@ const PRESERVE: &str = "x-kubernetes-preserve-unknown-fields";
 const REQUIRED_MARK: &str = "x-capstan-required";
 const DEFAULT_MARK: &str = "x-capstan-default";
 
-/// The structural schema of the typed object `T`.
-pub fn generate<T: JsonSchema>(strictness: Strictness) -> Value {
+/// The structural schema the model alone gives the typed object `T` (before any completion with an
+/// upstream schema).
+pub fn generate<T: JsonSchema>() -> Value {
     let generator = SchemaSettings::draft2020_12()
         .with(|s| {
             s.inline_subschemas = true;
@@ -53,12 +62,12 @@ pub fn generate<T: JsonSchema>(strictness: Strictness) -> Value {
     if let Some(obj) = schema.as_object_mut() {
         obj.remove("$defs");
     }
-    structural(&mut schema, strictness, true);
+    structural(&mut schema);
     schema
 }
 
 /// Rewrites one schemars node (and everything under it) into a structural schema node.
-fn structural(node: &mut Value, strictness: Strictness, root: bool) {
+fn structural(node: &mut Value) {
     if let Value::Bool(_) = node {
         // `serde_json::Value`: any value at all.
         *node = json!({PRESERVE: true});
@@ -100,14 +109,14 @@ fn structural(node: &mut Value, strictness: Strictness, root: bool) {
     }
     if let Some(Value::Object(props)) = obj.get_mut("properties") {
         for value in props.values_mut() {
-            structural(value, strictness, false);
+            structural(value);
         }
     }
     for key in ["items", "additionalProperties"] {
         if let Some(value) = obj.get_mut(key)
             && (value.is_object() || value.is_boolean())
         {
-            structural(value, strictness, false);
+            structural(value);
         }
     }
     collect_required(obj);
@@ -121,21 +130,6 @@ fn structural(node: &mut Value, strictness: Strictness, root: bool) {
         // No single type: the model reads it in more than one shape (or not at all).
         obj.insert(PRESERVE.into(), json!(true));
     }
-    if strictness == Strictness::Upstream
-        && !root
-        && obj.get("type") == Some(&json!("object"))
-        && !obj.contains_key("additionalProperties")
-        && !is_object_meta(obj)
-    {
-        obj.insert(PRESERVE.into(), json!(true));
-    }
-}
-
-/// Whether a node is Kubernetes' ObjectMeta (which has its own handling and is never pruned).
-fn is_object_meta(obj: &Map<String, Value>) -> bool {
-    obj.get("properties")
-        .and_then(Value::as_object)
-        .is_some_and(|p| p.contains_key("managedFields") && p.contains_key("ownerReferences"))
 }
 
 /// Turns schemars' ways of admitting `null` (a `"null"` type, an `anyOf` branch) into `nullable`,
@@ -230,50 +224,316 @@ fn collect_required(obj: &mut Map<String, Value>) {
 
 type Key = (&'static str, &'static str, &'static str);
 
-fn insert<T: JsonSchema + Resource>(map: &mut BTreeMap<Key, Value>, strictness: Strictness) {
-    map.insert((T::GROUP, T::KIND, T::VERSION), generate::<T>(strictness));
+/// Upstream's schemas of the kinds capstan shares with upstream providers, by
+/// `group/kind/version` (see the module documentation).
+const UPSTREAM_SCHEMAS: &str = include_str!("kind_schemas/upstream.json");
+
+/// The upstream schemas, parsed once (empty if the embedded file were not JSON, which the tests
+/// rule out).
+pub fn upstream_schemas() -> &'static Map<String, Value> {
+    static PARSED: OnceLock<Map<String, Value>> = OnceLock::new();
+    PARSED.get_or_init(|| serde_json::from_str(UPSTREAM_SCHEMAS).unwrap_or_default())
 }
 
-/// Every typed kind's schema by (group, kind, version), generated once.
+/// One typed kind version: its key, how it is served and the model's schema of it.
+struct TypedKind {
+    key: Key,
+    strictness: Strictness,
+    model: fn() -> Value,
+}
+
+fn typed<T: JsonSchema + Resource>(strictness: Strictness) -> TypedKind {
+    TypedKind {
+        key: (T::GROUP, T::KIND, T::VERSION),
+        strictness,
+        model: generate::<T>,
+    }
+}
+
+impl TypedKind {
+    /// The schema capstan serves: the model's, completed with upstream's for shared kinds.
+    fn served(&self) -> Value {
+        let mut schema = (self.model)();
+        if self.strictness == Strictness::Upstream {
+            let (group, kind, version) = self.key;
+            match upstream_schemas().get(&format!("{group}/{kind}/{version}")) {
+                Some(theirs) => complete_root(&mut schema, theirs),
+                None => keep_unknown_below_root(&mut schema),
+            }
+        }
+        schema
+    }
+}
+
+/// Keywords in which upstream's schema is the contract: where upstream gives one it applies, where
+/// it gives none the model's is dropped.
+const UPSTREAM_KEYWORDS: &[&str] = &[
+    "format",
+    "enum",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "multipleOf",
+    "minLength",
+    "maxLength",
+    "minItems",
+    "maxItems",
+    "minProperties",
+    "maxProperties",
+    "uniqueItems",
+    "pattern",
+    "default",
+    "x-kubernetes-list-type",
+    "x-kubernetes-list-map-keys",
+    "x-kubernetes-map-type",
+    "x-kubernetes-embedded-resource",
+];
+
+/// Which part of an object a node is in: what users write, or what controllers report.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Part {
+    /// `spec` (and anything else but `status`): upstream's contract whole. A field the model
+    /// names that upstream's version does not have (the other served version's field, which
+    /// reaches this version only through conversion) is dropped, so it is pruned or refused as
+    /// upstream does.
+    Spec,
+    /// `status`, written by capstan's controllers: upstream's fields, types, list and map types,
+    /// but not upstream's value rules (required fields, bounds, patterns, enums, formats,
+    /// defaults), and the model's own fields kept; capstan reports status in the model's shape
+    /// (conditions without a `message`, for one), see docs/api.md.
+    Status,
+}
+
+/// The keywords that say how a status value is structured rather than which values it may take.
+const STRUCTURE_KEYWORDS: &[&str] = &[
+    "x-kubernetes-list-type",
+    "x-kubernetes-list-map-keys",
+    "x-kubernetes-map-type",
+    "x-kubernetes-embedded-resource",
+];
+
+/// Completes a kind's schema with upstream's, below the root (`metadata` stays the model's
+/// ObjectMeta).
+fn complete_root(ours: &mut Value, theirs: &Value) {
+    let (Some(Value::Object(our_props)), Some(Value::Object(their_props))) =
+        (ours.get_mut("properties"), theirs.get("properties"))
+    else {
+        return;
+    };
+    for (name, their_prop) in their_props {
+        if name == "metadata" {
+            continue;
+        }
+        let part = if name == "status" {
+            Part::Status
+        } else {
+            Part::Spec
+        };
+        match our_props.get_mut(name) {
+            Some(our_prop) => complete(our_prop, their_prop, part),
+            None => {
+                our_props.insert(name.clone(), their_prop.clone());
+            }
+        }
+    }
+    union_required(ours, theirs);
+}
+
+/// Completes one node of the model's schema with the matching node of upstream's.
+fn complete(ours: &mut Value, theirs: &Value, part: Part) {
+    let (Some(our), Some(their)) = (ours.as_object_mut(), theirs.as_object()) else {
+        return;
+    };
+    let typed = our.contains_key("type") || our.contains_key("x-kubernetes-int-or-string");
+    if !typed {
+        // Content the model keeps without reading it (a `serde_json::Value`, an untagged enum):
+        // upstream's shape, with the model's description.
+        for key in ["type", "x-kubernetes-int-or-string"] {
+            if let Some(value) = their.get(key) {
+                our.insert(key.into(), value.clone());
+            }
+        }
+    }
+    match their.get(PRESERVE) {
+        Some(value) => our.insert(PRESERVE.into(), value.clone()),
+        None => our.remove(PRESERVE),
+    };
+    let keywords = match part {
+        Part::Spec => {
+            match their.get("nullable") {
+                Some(value) => our.insert("nullable".into(), value.clone()),
+                None => our.remove("nullable"),
+            };
+            UPSTREAM_KEYWORDS
+        }
+        Part::Status => {
+            // The model's own value rules stay; upstream's are not added.
+            if their.get("nullable") == Some(&json!(true)) {
+                our.insert("nullable".into(), json!(true));
+            }
+            STRUCTURE_KEYWORDS
+        }
+    };
+    for key in keywords {
+        match their.get(*key) {
+            Some(value) => our.insert((*key).into(), value.clone()),
+            None => our.remove(*key),
+        };
+    }
+    if let Some(Value::Object(their_props)) = their.get("properties") {
+        // A map in the model, a struct of known keys upstream: upstream's keys.
+        our.remove("additionalProperties");
+        let our_props = our
+            .entry("properties")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if let Value::Object(our_props) = our_props {
+            if part == Part::Spec {
+                our_props.retain(|name, _| their_props.contains_key(name));
+            }
+            for (name, their_prop) in their_props {
+                match our_props.get_mut(name) {
+                    Some(our_prop) => complete(our_prop, their_prop, part),
+                    None => {
+                        let mut added = their_prop.clone();
+                        if part == Part::Status {
+                            structure_only(&mut added);
+                        }
+                        our_props.insert(name.clone(), added);
+                    }
+                }
+            }
+        }
+    }
+    for key in ["items", "additionalProperties"] {
+        let has_properties = our.contains_key("properties");
+        match (our.get_mut(key), their.get(key)) {
+            (Some(a), Some(b)) if a.is_object() && b.is_object() => complete(a, b, part),
+            (None, Some(b)) if !(key == "additionalProperties" && has_properties) => {
+                let mut added = b.clone();
+                if part == Part::Status {
+                    structure_only(&mut added);
+                }
+                our.insert(key.into(), added);
+            }
+            _ => {}
+        }
+    }
+    if part == Part::Spec {
+        union_required(ours, theirs);
+    }
+}
+
+/// Drops an upstream status node's value rules (see [`Part::Status`]), keeping its structure.
+fn structure_only(node: &mut Value) {
+    let Some(obj) = node.as_object_mut() else {
+        return;
+    };
+    obj.remove("required");
+    for key in UPSTREAM_KEYWORDS {
+        if !STRUCTURE_KEYWORDS.contains(key) {
+            obj.remove(*key);
+        }
+    }
+    if let Some(Value::Object(props)) = obj.get_mut("properties") {
+        props.values_mut().for_each(structure_only);
+    }
+    for key in ["items", "additionalProperties"] {
+        if let Some(child) = obj.get_mut(key) {
+            structure_only(child);
+        }
+    }
+}
+
+/// Upstream's required fields of an object, in upstream's order (the order kube-apiserver reports
+/// missing ones in), then any the model requires besides.
+fn union_required(ours: &mut Value, theirs: &Value) {
+    let Some(Value::Array(their_required)) = theirs.get("required") else {
+        return;
+    };
+    let Some(our) = ours.as_object_mut() else {
+        return;
+    };
+    let mut required = their_required.clone();
+    if let Some(Value::Array(model)) = our.get("required") {
+        for name in model {
+            if !required.contains(name) {
+                required.push(name.clone());
+            }
+        }
+    }
+    our.insert("required".into(), Value::Array(required));
+}
+
+/// Without an upstream schema to complete it with, a shared kind keeps below its root every field
+/// the model does not name, so nothing is pruned that the model cannot check.
+fn keep_unknown_below_root(schema: &mut Value) {
+    fn open(node: &mut Value) {
+        let Some(obj) = node.as_object_mut() else {
+            return;
+        };
+        if obj.get("type") == Some(&json!("object")) && !obj.contains_key("additionalProperties") {
+            obj.insert(PRESERVE.into(), json!(true));
+        }
+        if let Some(Value::Object(props)) = obj.get_mut("properties") {
+            props.values_mut().for_each(open);
+        }
+        if let Some(items) = obj.get_mut("items") {
+            open(items);
+        }
+    }
+    if let Some(Value::Object(props)) = schema.get_mut("properties") {
+        for (name, prop) in props.iter_mut() {
+            if name != "metadata" {
+                open(prop);
+            }
+        }
+    }
+}
+
+/// Every kind version the model types.
+fn typed_kinds() -> Vec<TypedKind> {
+    use Strictness::{Own, Upstream};
+    use capstan_model::{capi, capm3, cilium, ipam, kubeadm, kvm, metal3};
+    let mut kinds = Vec::new();
+    macro_rules! kinds {
+        ($strictness:expr; $($ty:ty),* $(,)?) => {
+            $(kinds.push(typed::<$ty>($strictness));)*
+        };
+    }
+    kinds!(Upstream;
+        capi::v1beta1::Cluster, capi::v1beta1::Machine, capi::v1beta1::MachineSet,
+        capi::v1beta1::MachineDeployment, capi::v1beta1::MachineHealthCheck,
+        capi::v1beta1::ClusterResourceSet, capi::v1beta1::ClusterResourceSetBinding,
+        capi::v1beta2::Cluster, capi::v1beta2::Machine, capi::v1beta2::MachineSet,
+        capi::v1beta2::MachineDeployment, capi::v1beta2::MachineHealthCheck,
+        capi::v1beta2::ClusterResourceSet, capi::v1beta2::ClusterResourceSetBinding,
+        kubeadm::v1beta1::KubeadmConfig, kubeadm::v1beta1::KubeadmConfigTemplate,
+        kubeadm::v1beta1::KubeadmControlPlane,
+        kubeadm::v1beta2::KubeadmConfig, kubeadm::v1beta2::KubeadmConfigTemplate,
+        kubeadm::v1beta2::KubeadmControlPlane,
+        capm3::v1beta1::Metal3Cluster, capm3::v1beta1::Metal3Machine,
+        capm3::v1beta1::Metal3MachineTemplate, capm3::v1beta1::Metal3DataTemplate,
+        capm3::v1beta1::Metal3DataClaim, capm3::v1beta1::Metal3Data,
+        capm3::v1beta2::Metal3Cluster, capm3::v1beta2::Metal3Machine,
+        capm3::v1beta2::Metal3MachineTemplate, capm3::v1beta2::Metal3DataTemplate,
+        capm3::v1beta2::Metal3DataClaim, capm3::v1beta2::Metal3Data,
+        metal3::BareMetalHost, metal3::HardwareData,
+        ipam::IPPool, ipam::IPClaim, ipam::IPAddress,
+        cilium::CiliumBGPClusterConfig, cilium::CiliumBGPPeerConfig,
+        cilium::CiliumBGPAdvertisement,
+    );
+    kinds!(Own;
+        kvm::v1alpha4::KVMCluster, kvm::v1alpha4::KVMMachine, kvm::v1alpha4::KVMMachineTemplate,
+        kvm::v1beta2::KVMCluster, kvm::v1beta2::KVMMachine, kvm::v1beta2::KVMMachineTemplate,
+    );
+    kinds
+}
+
+/// Every typed kind's served schema by (group, kind, version), generated once.
 fn all() -> &'static BTreeMap<Key, Value> {
     static SCHEMAS: OnceLock<BTreeMap<Key, Value>> = OnceLock::new();
-    SCHEMAS.get_or_init(|| {
-        use Strictness::{Own, Upstream};
-        use capstan_model::{capi, capm3, cilium, ipam, kubeadm, kvm, metal3};
-        let mut m = BTreeMap::new();
-        macro_rules! kinds {
-            ($strictness:expr; $($ty:ty),* $(,)?) => {
-                $(insert::<$ty>(&mut m, $strictness);)*
-            };
-        }
-        kinds!(Upstream;
-            capi::v1beta1::Cluster, capi::v1beta1::Machine, capi::v1beta1::MachineSet,
-            capi::v1beta1::MachineDeployment, capi::v1beta1::MachineHealthCheck,
-            capi::v1beta1::ClusterResourceSet, capi::v1beta1::ClusterResourceSetBinding,
-            capi::v1beta2::Cluster, capi::v1beta2::Machine, capi::v1beta2::MachineSet,
-            capi::v1beta2::MachineDeployment, capi::v1beta2::MachineHealthCheck,
-            capi::v1beta2::ClusterResourceSet, capi::v1beta2::ClusterResourceSetBinding,
-            kubeadm::v1beta1::KubeadmConfig, kubeadm::v1beta1::KubeadmConfigTemplate,
-            kubeadm::v1beta1::KubeadmControlPlane,
-            kubeadm::v1beta2::KubeadmConfig, kubeadm::v1beta2::KubeadmConfigTemplate,
-            kubeadm::v1beta2::KubeadmControlPlane,
-            capm3::v1beta1::Metal3Cluster, capm3::v1beta1::Metal3Machine,
-            capm3::v1beta1::Metal3MachineTemplate, capm3::v1beta1::Metal3DataTemplate,
-            capm3::v1beta1::Metal3DataClaim, capm3::v1beta1::Metal3Data,
-            capm3::v1beta2::Metal3Cluster, capm3::v1beta2::Metal3Machine,
-            capm3::v1beta2::Metal3MachineTemplate, capm3::v1beta2::Metal3DataTemplate,
-            capm3::v1beta2::Metal3DataClaim, capm3::v1beta2::Metal3Data,
-            metal3::BareMetalHost, metal3::HardwareData,
-            ipam::IPPool, ipam::IPClaim, ipam::IPAddress,
-            cilium::CiliumBGPClusterConfig, cilium::CiliumBGPPeerConfig,
-            cilium::CiliumBGPAdvertisement,
-        );
-        kinds!(Own;
-            kvm::v1alpha4::KVMCluster, kvm::v1alpha4::KVMMachine, kvm::v1alpha4::KVMMachineTemplate,
-            kvm::v1beta2::KVMCluster, kvm::v1beta2::KVMMachine, kvm::v1beta2::KVMMachineTemplate,
-        );
-        m
-    })
+    SCHEMAS.get_or_init(|| typed_kinds().iter().map(|k| (k.key, k.served())).collect())
 }
 
 /// The generated schema of one of capstan's kinds in `version`, or `None` for kinds the model does

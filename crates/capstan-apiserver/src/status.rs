@@ -15,6 +15,15 @@ pub struct Cause {
     pub field: String,
 }
 
+/// `.group` for a kind of a named group, nothing for the core group.
+fn group_suffix(group: &str) -> String {
+    if group.is_empty() {
+        String::new()
+    } else {
+        format!(".{group}")
+    }
+}
+
 /// Everything a request can fail with.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -42,7 +51,9 @@ pub enum ApiError {
     /// Server-side apply would change fields other managers own.
     #[error("{message}")]
     ApplyConflict { message: String, causes: Vec<Cause> },
-    #[error("{kind} \"{name}\" is invalid: {summary}")]
+    /// Worded as kube-apiserver does, with the group-qualified kind
+    /// (`KubeadmControlPlane.controlplane.cluster.x-k8s.io "k0" is invalid: spec.version: Required value`).
+    #[error("{}{} \"{name}\" is invalid: {summary}", kind, group_suffix(group))]
     Invalid {
         group: String,
         kind: String,

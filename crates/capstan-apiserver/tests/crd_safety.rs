@@ -124,9 +124,11 @@ fn definitions_that_would_break_served_kinds_are_refused() {
         None,
     ));
 
-    // A definition that fits is accepted and serves the kind; writes keep working.
+    // A definition that fits is accepted and serves the kind; writes keep working. (The stored
+    // host has upstream's default `automatedCleaningMode`, so a fitting definition has it too.)
     let fitting = json!({"type": "object", "properties": {
         "online": {"type": "boolean"},
+        "automatedCleaningMode": {"type": "string"},
         "bmc": {"type": "object", "properties": {"address": {"type": "string"}, "credentialsName": {"type": "string"}}},
     }});
     ok(&kubectl(

@@ -2,8 +2,10 @@
 //! (the default 1.33 and an older one): `kubectl explain` describes their fields, a malformed
 //! KVMMachine is refused with the field named and never stored, unknown fields follow
 //! `--validate` (strict: refused, warn: pruned with a warning, ignore: pruned silently) on the
-//! closed KVM kinds and are kept on the upstream kinds, and status writes are validated against
-//! the status part of the schema.
+//! KVM kinds and below the root of the upstream kinds (`spec.controlPlaneRef.nmae` is refused with
+//! `--validate=strict` and pruned otherwise), a KubeadmControlPlane missing upstream's required
+//! fields is refused as kube-apiserver words it, and status writes are validated against the
+//! status part of the schema.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -117,6 +119,19 @@ fn kubectl_explain_describes_capstan_kinds_in_every_version() {
         assert!(v1beta1.contains("infrastructureRef"), "{name}: {v1beta1}");
         let bmh = ok(&run(&kubectl, &server, &["explain", "bmh.spec.bmc"], None));
         assert!(bmh.contains("credentialsName"), "{name}: {bmh}");
+        // A field only upstream's schema names (the model keeps `rollout` unread) is described
+        // with upstream's structure.
+        let rollout = ok(&run(
+            &kubectl,
+            &server,
+            &[
+                "explain",
+                "kubeadmcontrolplane.spec.rollout.strategy",
+                "--api-version=controlplane.cluster.x-k8s.io/v1beta2",
+            ],
+            None,
+        ));
+        assert!(rollout.contains("rollingUpdate"), "{name}: {rollout}");
     }
 }
 
@@ -207,7 +222,7 @@ fn malformed_kvm_machines_are_refused_with_the_field_named_and_never_stored() {
 }
 
 #[test]
-fn unknown_fields_follow_field_validation_on_kvm_kinds_and_are_kept_on_upstream_kinds() {
+fn unknown_fields_follow_field_validation_on_kvm_kinds_and_upstream_fields_are_typed() {
     let kubectl = PathBuf::from("kubectl");
     let server = start();
     let with_unknown = MACHINE.replace("    cpu: 2\n", "    cpu: 2\n    gpus: 1\n");
@@ -250,7 +265,7 @@ fn unknown_fields_follow_field_validation_on_kvm_kinds_and_are_kept_on_upstream_
     );
     ok(&ignored);
     assert!(!stderr(&ignored).contains("tpus"), "{}", stderr(&ignored));
-    // Upstream kinds keep fields the model does not name, and still refuse wrong types.
+    // Upstream's fields are known on upstream kinds, and wrong types refused.
     let cluster = r#"
 apiVersion: cluster.x-k8s.io/v1beta2
 kind: Cluster
@@ -293,7 +308,112 @@ spec:
         message.contains("spec.clusterNetwork.pods.cidrBlocks"),
         "{message}"
     );
-    let kcp = r#"
+}
+
+const CLUSTER_WITH_TYPO: &str = r#"
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: Cluster
+metadata:
+  name: typo
+  namespace: default
+spec:
+  controlPlaneRef:
+    apiGroup: controlplane.cluster.x-k8s.io
+    kind: KubeadmControlPlane
+    name: typo-cp
+    nmae: typo-cp
+"#;
+
+const MACHINE_DEPLOYMENT_WITH_TYPO: &str = r#"
+apiVersion: cluster.x-k8s.io/v1beta1
+kind: MachineDeployment
+metadata:
+  name: typo-md
+  namespace: default
+spec:
+  clusterName: typo
+  selector: {}
+  template:
+    spec:
+      clusterName: typo
+      bootstrap:
+        dataSecretNam: typo-bootstrap
+      infrastructureRef:
+        apiVersion: infrastructure.cluster.x-k8s.io/v1beta1
+        kind: Metal3MachineTemplate
+        name: typo-workers
+"#;
+
+#[test]
+fn typos_below_the_root_of_upstream_kinds_are_refused_when_strict_and_pruned_otherwise() {
+    for kubectl in kubectls() {
+        let server = start();
+        let name = kubectl.display().to_string();
+        for (manifest, resource, typo, kept) in [
+            (
+                CLUSTER_WITH_TYPO,
+                "cluster/typo",
+                "spec.controlPlaneRef.nmae",
+                "{.spec.controlPlaneRef.name}",
+            ),
+            (
+                MACHINE_DEPLOYMENT_WITH_TYPO,
+                "machinedeployment.v1beta1.cluster.x-k8s.io/typo-md",
+                "spec.template.spec.bootstrap.dataSecretNam",
+                "{.spec.template.spec.infrastructureRef.name}",
+            ),
+        ] {
+            let message = refused(&run(
+                &kubectl,
+                &server,
+                &["apply", "--validate=strict", "-f", "-"],
+                Some(manifest),
+            ));
+            assert!(
+                message.contains(&format!("unknown field \"{typo}\"")),
+                "{name}: {message}"
+            );
+            let missing = run(&kubectl, &server, &["get", resource], None);
+            assert!(!missing.status.success(), "{name}: {resource} was stored");
+            // Without strict validation the object is stored without the unknown field, with a
+            // warning naming it.
+            let warned = run(
+                &kubectl,
+                &server,
+                &["apply", "--validate=warn", "-f", "-"],
+                Some(manifest),
+            );
+            ok(&warned);
+            assert!(
+                stderr(&warned).contains(typo),
+                "{name}: {}",
+                stderr(&warned)
+            );
+            let stored = ok(&run(
+                &kubectl,
+                &server,
+                &["get", resource, "-o", "jsonpath={.spec}"],
+                None,
+            ));
+            let leaf = typo.rsplit('.').next().unwrap();
+            assert!(!stored.contains(leaf), "{name}: {leaf} kept in {stored}");
+            let value = ok(&run(
+                &kubectl,
+                &server,
+                &["get", resource, "-o", &format!("jsonpath={kept}")],
+                None,
+            ));
+            assert!(!value.is_empty(), "{name}: {kept} lost");
+        }
+    }
+}
+
+#[test]
+fn a_kubeadm_control_plane_missing_required_fields_is_refused_as_upstream_words_it() {
+    for kubectl in kubectls() {
+        let server = start();
+        let name = kubectl.display().to_string();
+        let kcp = r#"
 apiVersion: controlplane.cluster.x-k8s.io/v1beta2
 kind: KubeadmControlPlane
 metadata:
@@ -301,13 +421,45 @@ metadata:
   namespace: default
 spec:
   replicas: 1
-  machineTemplate:
-    spec:
-      infrastructureRef: {apiGroup: infrastructure.cluster.x-k8s.io, kind: KVMMachineTemplate, name: t}
-  kubeadmConfigSpec: {}
 "#;
-    let message = refused(&run(&kubectl, &server, &["apply", "-f", "-"], Some(kcp)));
-    assert!(message.contains("spec.version"), "{message}");
+        for verb in [&["apply", "-f", "-"][..], &["create", "-f", "-"][..]] {
+            let message = refused(&run(&kubectl, &server, verb, Some(kcp)));
+            for expected in [
+                "The KubeadmControlPlane \"k0\" is invalid",
+                "spec.machineTemplate: Required value",
+                "spec.version: Required value",
+            ] {
+                assert!(message.contains(expected), "{name} {verb:?}: {message}");
+            }
+        }
+        // The Status kube-apiserver answers (kubectl logs the body at -v=8): the group-qualified
+        // kind, the causes in brackets, one FieldValueRequired cause per missing field.
+        let raw = run(
+            &kubectl,
+            &server,
+            &["create", "-f", "-", "-v=8"],
+            Some(
+                r#"{"apiVersion":"controlplane.cluster.x-k8s.io/v1beta2","kind":"KubeadmControlPlane","metadata":{"name":"k0","namespace":"default"},"spec":{"replicas":1,"machineTemplate":{"spec":{}}}}"#,
+            ),
+        );
+        let body = refused(&raw);
+        for expected in [
+            "KubeadmControlPlane.controlplane.cluster.x-k8s.io",
+            "is invalid: [spec.",
+            "spec.version: Required value",
+            "spec.machineTemplate.spec.infrastructureRef: Required value]",
+            "FieldValueRequired",
+        ] {
+            assert!(body.contains(expected), "{name}: {expected} not in {body}");
+        }
+        let none = ok(&run(
+            &kubectl,
+            &server,
+            &["get", "kubeadmcontrolplanes", "-o", "name"],
+            None,
+        ));
+        assert!(none.trim().is_empty(), "{name}: stored {none}");
+    }
 }
 
 #[test]

@@ -849,7 +849,7 @@ spec:
         apiGroup: infrastructure.cluster.x-k8s.io
         kind: Metal3MachineTemplate
         name: cp
-  kubeadmConfigSpec: {}
+  kubeadmConfigSpec: {format: cloud-config}
 "#,
     ),
     (

@@ -67,8 +67,11 @@ fn objects_nested_deeper_than_the_limit_are_refused_on_every_write_path() {
     assert_kind_usable(&server);
 
     // A JSON patch and a merge patch that grow an object past the limit.
-    // A field whose schema keeps any content (a Cluster's `spec.topology`), so the patches can grow it.
-    let base = serde_json::json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "metadata": {"name": "grows"}, "spec": {"topology": nested(89)}});
+    // A field whose schema keeps any content (the value of a Cluster's topology variable), so the
+    // patches can grow it.
+    let base = serde_json::json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "metadata": {"name": "grows"},
+        "spec": {"topology": {"classRef": {"name": "c"}, "version": "v1.33.0",
+                              "variables": [{"name": "v", "value": nested(86)}]}}});
     let (code, body) = request(
         &server,
         "POST",
@@ -77,7 +80,7 @@ fn objects_nested_deeper_than_the_limit_are_refused_on_every_write_path() {
         base.to_string().as_bytes(),
     );
     assert_eq!(code, 201, "{body}");
-    let deep_path = format!("/spec/topology{}", "/a".repeat(88));
+    let deep_path = format!("/spec/topology/variables/0/value{}", "/a".repeat(85));
     let patch = serde_json::json!([{"op": "add", "path": format!("{deep_path}/more"), "value": nested(30)}]);
     let (code, body) = request(
         &server,
