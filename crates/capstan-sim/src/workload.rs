@@ -75,6 +75,10 @@ impl SimCluster {
                 retained_events: 1_000,
                 max_batch: 64,
                 readers: 1,
+                // A workload cluster holds a few dozen objects and the process holds many such
+                // stores: small page caches and watch buffers keep each one cheap.
+                page_cache_kib: 256,
+                event_buffer: 256,
             },
         )
         .map_err(|source| SimError::Store {

@@ -176,6 +176,13 @@ pub struct StoreOptions {
     /// Read connections kept open between reads (more are opened for concurrent reads and closed
     /// after them, so a burst does not leave its connections and their page caches behind).
     pub readers: usize,
+    /// The page cache of each connection, in KiB (SQLite's own default is 2,048). A store holding
+    /// few objects, of which a process opens many, keeps it small: it is most of what an idle
+    /// connection costs once its pages were read.
+    pub page_cache_kib: u32,
+    /// How many committed changes are buffered for live watchers; a watcher that falls further
+    /// behind catches up from the change log. The buffer is allocated whole when the store opens.
+    pub event_buffer: usize,
 }
 
 impl Default for StoreOptions {
@@ -184,6 +191,8 @@ impl Default for StoreOptions {
             retained_events: 100_000,
             max_batch: 512,
             readers: 4,
+            page_cache_kib: 2_048,
+            event_buffer: 4_096,
         }
     }
 }
@@ -196,6 +205,7 @@ pub struct Store {
 
 struct Inner {
     path: PathBuf,
+    page_cache_kib: u32,
     writes: std::sync::mpsc::SyncSender<writer::Request>,
     readers: Mutex<Vec<Connection>>,
     /// How many idle read connections are kept.
@@ -223,20 +233,20 @@ impl Store {
         // The database holds Secrets: created owner-only before SQLite opens it, and SQLite gives
         // the WAL and shared-memory files the database file's mode.
         create_private_file(path)?;
-        let conn = schema::open_writer(path)?;
+        let conn = schema::open_writer(path, options.page_cache_kib)?;
         let head: u64 = schema::read_meta(&conn, "head")?;
         let compacted: u64 = schema::read_meta(&conn, "compacted")?;
         let head = Arc::new(AtomicU64::new(head));
         let compacted = Arc::new(AtomicU64::new(compacted));
-        let (events, _) = broadcast::channel(4096);
+        let (events, _) = broadcast::channel(options.event_buffer.max(1));
         let (writes, requests) = std::sync::mpsc::sync_channel(options.max_batch * 4);
         let mut readers = Vec::with_capacity(options.readers);
         for _ in 0..options.readers {
-            readers.push(schema::open_reader(path)?);
+            readers.push(schema::open_reader(path, options.page_cache_kib)?);
         }
         let undecodable = match readers.first() {
             Some(conn) => scan_undecodable(conn)?,
-            None => scan_undecodable(&schema::open_reader(path)?)?,
+            None => scan_undecodable(&schema::open_reader(path, options.page_cache_kib)?)?,
         };
         for key in &undecodable {
             // The key only: the row's text may hold secrets.
@@ -262,6 +272,7 @@ impl Store {
         Ok(Self {
             inner: Arc::new(Inner {
                 path: path.to_path_buf(),
+                page_cache_kib: options.page_cache_kib,
                 writes,
                 readers: Mutex::new(readers),
                 idle_readers: options.readers.max(1),
@@ -576,7 +587,7 @@ impl Store {
             let pooled = inner.readers.lock().map_err(|_| StoreError::Closed)?.pop();
             let conn = match pooled {
                 Some(conn) => conn,
-                None => schema::open_reader(&inner.path)?,
+                None => schema::open_reader(&inner.path, inner.page_cache_kib)?,
             };
             let result = f(&conn);
             if let Ok(mut pool) = inner.readers.lock()
@@ -661,7 +672,7 @@ pub fn backup_file(database: &Path, target: &Path) -> Result<(), StoreError> {
             source: std::io::Error::new(std::io::ErrorKind::NotFound, "no store here"),
         });
     }
-    let conn = schema::open_reader(database)?;
+    let conn = schema::open_reader(database, StoreOptions::default().page_cache_kib)?;
     snapshot_into(&conn, target)
 }
 

@@ -45,9 +45,11 @@ CREATE TABLE IF NOT EXISTS meta (
 INSERT OR IGNORE INTO meta (key, value) VALUES ('head', 0), ('compacted', 0), ('schema', 2);
 ";
 
-fn configure(conn: &Connection) -> Result<(), StoreError> {
+fn configure(conn: &Connection, page_cache_kib: u32) -> Result<(), StoreError> {
     conn.busy_timeout(Duration::from_secs(10))?;
     conn.pragma_update(None, "foreign_keys", "OFF")?;
+    // A negative cache_size is a size in KiB rather than a count of pages.
+    conn.pragma_update(None, "cache_size", -i64::from(page_cache_kib.max(1)))?;
     Ok(())
 }
 
@@ -56,9 +58,9 @@ const SCHEMA: u64 = 2;
 
 /// The one read-write connection, owned by the writer thread. A store of an older layout is brought
 /// up to date in one transaction (the label index is filled from the stored objects).
-pub(crate) fn open_writer(path: &Path) -> Result<Connection, StoreError> {
+pub(crate) fn open_writer(path: &Path, page_cache_kib: u32) -> Result<Connection, StoreError> {
     let mut conn = Connection::open(path)?;
-    configure(&conn)?;
+    configure(&conn, page_cache_kib)?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.execute_batch(DDL)?;
@@ -76,14 +78,14 @@ pub(crate) fn open_writer(path: &Path) -> Result<Connection, StoreError> {
 }
 
 /// A read-only connection for the reader pool.
-pub(crate) fn open_reader(path: &Path) -> Result<Connection, StoreError> {
+pub(crate) fn open_reader(path: &Path, page_cache_kib: u32) -> Result<Connection, StoreError> {
     let conn = Connection::open_with_flags(
         path,
         OpenFlags::SQLITE_OPEN_READ_ONLY
             | OpenFlags::SQLITE_OPEN_NO_MUTEX
             | OpenFlags::SQLITE_OPEN_URI,
     )?;
-    configure(&conn)?;
+    configure(&conn, page_cache_kib)?;
     Ok(conn)
 }
 
@@ -95,4 +97,27 @@ pub(crate) fn read_meta(conn: &Connection, key: &str) -> Result<u64, StoreError>
     Ok(value
         .and_then(|v| u64::try_from(v).ok())
         .unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn cache_size(conn: &Connection) -> i64 {
+        conn.query_row("PRAGMA cache_size", [], |r| r.get(0))
+            .unwrap()
+    }
+
+    #[test]
+    fn every_connection_gets_the_page_cache_it_was_given() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let writer = open_writer(&path, 256).unwrap();
+        let reader = open_reader(&path, 128).unwrap();
+        assert_eq!(cache_size(&writer), -256);
+        assert_eq!(cache_size(&reader), -128);
+        // Zero would mean "no cache" to SQLite's reckoning of pages; the smallest honoured is 1 KiB.
+        assert_eq!(cache_size(&open_reader(&path, 0).unwrap()), -1);
+    }
 }
