@@ -242,7 +242,7 @@ fn cluster_object(name: &str, labels: Value) -> Value {
         "apiVersion": "cluster.x-k8s.io/v1beta2",
         "kind": "Cluster",
         "metadata": {"name": name, "namespace": NS, "labels": labels},
-        "spec": {},
+        "spec": {"paused": false},
     })
 }
 

@@ -342,7 +342,7 @@ impl Env {
         let clusters = self.clusters();
         self.create(
             &clusters,
-            json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "metadata": {"name": name, "namespace": NS}, "spec": {}}),
+            json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "metadata": {"name": name, "namespace": NS}, "spec": {"paused": false}}),
         )
         .await;
         clusters

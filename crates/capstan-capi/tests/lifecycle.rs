@@ -280,7 +280,8 @@ impl Env {
         create(&self.client, &control_plane(), json!({
             "apiVersion": "controlplane.cluster.x-k8s.io/v1beta2", "kind": "KubeadmControlPlane",
             "metadata": {"name": name, "namespace": NS},
-            "spec": {"replicas": 1, "version": "v1.33.1"},
+            "spec": {"replicas": 1, "version": "v1.33.1",
+                     "machineTemplate": {"spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "Metal3MachineTemplate", "name": name}}}},
         }))
         .await;
         create(&self.client, &resource("cluster.x-k8s.io", "v1beta2", "Cluster", "clusters"), json!({

@@ -696,6 +696,7 @@ async fn controllers_run_over_tls_from_a_kubeconfig_with_leader_election() {
                 "remote",
                 Some(NS),
                 IpPoolSpec {
+                    name_prefix: "remote".into(),
                     pools: vec![range("192.168.10.5", "192.168.10.6")],
                     ..IpPoolSpec::default()
                 },
