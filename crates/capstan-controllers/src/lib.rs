@@ -121,6 +121,7 @@ pub fn shipped_controllers(options: &ControllerOptions) -> Vec<Box<dyn Task>> {
     if let Some(simulator) = &options.simulator {
         tasks.push(simulator.boot_task());
         tasks.push(simulator.kvm_boot_task());
+        tasks.push(simulator.reaper_task());
     }
     if let Some(workloads) = &options.workloads {
         tasks.push(controller_task(

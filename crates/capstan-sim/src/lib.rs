@@ -27,7 +27,8 @@
 //!   the workload's ConfigMap `kube-system/capstan-sim-etcd` so they survive a restart.
 //! - **Restarts**: a workload store lives under `STATE_DIR/NAMESPACE/NAME/CLUSTER-UID/`; after a
 //!   restart a cluster whose control plane was initialised is resumed from it on first use, and a
-//!   Cluster created again under the same name starts empty.
+//!   Cluster created again under the same name starts empty. Once a Cluster is deleted its
+//!   simulation stops and its store directory is removed (`reaper`).
 //! - **Init record**: every node that runs `kubeadm init` is listed in the workload's ConfigMap
 //!   `kube-system/capstan-sim-kubeadm-init` (key `nodes`), and a second one is a Warning Event
 //!   `SecondKubeadmInit` on its host, so tests and users can see that a cluster was initialised
@@ -65,6 +66,7 @@ pub mod boot;
 pub mod cloud_config;
 pub mod kvm_boot;
 pub mod listener;
+mod reaper;
 pub mod workload;
 
 use capstan_workload::{ClusterKey, EtcdMember, EtcdMembership, WorkloadAccess, WorkloadError};
@@ -266,6 +268,17 @@ impl Simulator {
         if let Some(cluster) = self.clusters().remove(key) {
             cluster.shutdown.cancel();
         }
+    }
+
+    /// The clusters simulated now.
+    fn keys(&self) -> Vec<ClusterKey> {
+        self.clusters().keys().cloned().collect()
+    }
+
+    /// The task that stops simulating a Cluster once it is deleted and removes its store
+    /// directory; run it beside [`Simulator::boot_task`].
+    pub fn reaper_task(self: &Arc<Self>) -> Box<dyn capstan_runtime::Task> {
+        Box::new(reaper::Reaper::new(self.clone()))
     }
 
     /// The controller that boots provisioned `fake://` hosts.

@@ -107,6 +107,10 @@ impl Drop for Env {
 }
 
 async fn start() -> Env {
+    start_with(None).await
+}
+
+async fn start_with(state_dir: Option<std::path::PathBuf>) -> Env {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -131,7 +135,7 @@ async fn start() -> Env {
     let sim = Simulator::new(
         client.clone(),
         SimSettings {
-            state_dir: None,
+            state_dir,
             listen: true,
         },
     );
@@ -145,6 +149,7 @@ async fn start() -> Env {
                 controller_task(HostController::new(settings.clone())),
                 boot.boot_task(),
                 boot.kvm_boot_task(),
+                boot.reaper_task(),
             ]
         })
         .await
@@ -657,4 +662,83 @@ async fn a_vm_placed_on_a_real_hypervisor_gets_its_cluster_api_served_on_the_end
         .await
         .unwrap();
     assert!(nodes.items.is_empty(), "a Node was simulated for a real VM");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_deleted_clusters_simulation_stops_and_its_store_is_removed() {
+    let state = tempfile::tempdir().unwrap();
+    let env = start_with(Some(state.path().to_path_buf())).await;
+    let cluster = |name: &str| {
+        json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+               "metadata": {"name": name, "namespace": NS}, "spec": {"paused": false}})
+    };
+    create(
+        &env.client,
+        "cluster.x-k8s.io/v1beta2",
+        "Cluster",
+        "clusters",
+        cluster("gone"),
+    )
+    .await;
+    create(
+        &env.client,
+        "cluster.x-k8s.io/v1beta2",
+        "Cluster",
+        "clusters",
+        cluster("kept"),
+    )
+    .await;
+    let gone = ClusterKey {
+        namespace: NS.into(),
+        name: "gone".into(),
+    };
+    let kept = ClusterKey {
+        namespace: NS.into(),
+        name: "kept".into(),
+    };
+    env.sim.start_cluster(&gone).await.unwrap();
+    env.sim.start_cluster(&kept).await.unwrap();
+    let stores = |name: &str| -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(state.path().join(NS).join(name))
+            .map(|d| d.filter_map(Result::ok).map(|e| e.path()).collect())
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        stores("gone").len(),
+        1,
+        "the simulation keeps its store under its Cluster's uid"
+    );
+
+    let resource = kube::api::ApiResource {
+        group: "cluster.x-k8s.io".into(),
+        version: "v1beta2".into(),
+        api_version: "cluster.x-k8s.io/v1beta2".into(),
+        kind: "Cluster".into(),
+        plural: "clusters".into(),
+    };
+    let clusters: Api<DynamicObject> = Api::namespaced_with(env.client.clone(), NS, &resource);
+    clusters.delete("gone", &Default::default()).await.unwrap();
+    poll(
+        "the deleted Cluster's simulation to stop and its store to go",
+        || async { (env.sim.cluster(&gone).is_none() && stores("gone").is_empty()).then_some(()) },
+    )
+    .await;
+    assert!(
+        env.sim.cluster(&kept).is_some(),
+        "another Cluster's simulation goes on"
+    );
+    assert_eq!(stores("kept").len(), 1);
+
+    // A store left by a Cluster deleted while nothing watched is removed after the next list.
+    let orphan = state.path().join(NS).join("kept").join("0000-old-uid");
+    std::fs::create_dir_all(&orphan).unwrap();
+    env.shutdown.cancel();
+    let again = start_with(Some(state.path().to_path_buf())).await;
+    // The new run lists the Clusters of its own (empty) API: both stores are unknown there.
+    poll(
+        "stores of Clusters the API does not list to be removed",
+        || async { (!orphan.exists() && stores("kept").is_empty()).then_some(()) },
+    )
+    .await;
+    drop(again);
 }
