@@ -62,15 +62,25 @@ fn fake_sys(root: &Path) {
 }
 
 /// Plays the machine behind a fake BMC: whenever media is inserted and the host powered on, it
-/// fetches the media over HTTP and runs the agent it describes (one per boot).
+/// fetches the media over HTTP and runs the agent it describes (one per boot). Each boot's agent
+/// runs in a process of its own (this test binary, re-entered through [`agent_process`]) and a
+/// new boot kills the previous one, as a reboot would: two agents must never write one disk.
 fn play_machine(address: &str, root: PathBuf, dev: PathBuf, stop: CancellationToken) {
     let bmc = FakeBmc::shared(&BmcAddress::parse(address).unwrap());
     std::thread::spawn(move || {
         let mut booted = None;
+        let mut running: Option<std::process::Child> = None;
+        let power_off = |running: &mut Option<std::process::Child>| {
+            if let Some(mut agent) = running.take() {
+                let _ = agent.kill();
+                let _ = agent.wait();
+            }
+        };
         while !stop.is_cancelled() {
             let media = bmc.inserted_media();
             if media.is_some() && media != booted {
                 booted = media.clone();
+                power_off(&mut running);
                 let url = capstan_agent::http::Url::parse(media.as_deref().unwrap()).unwrap();
                 let response =
                     capstan_agent::http::request("GET", &url, &[], None, Duration::from_secs(10))
@@ -78,19 +88,59 @@ fn play_machine(address: &str, root: PathBuf, dev: PathBuf, stop: CancellationTo
                 assert_eq!(response.status, 200, "boot media fetch");
                 let cmdline = String::from_utf8(response.bytes(1 << 20).unwrap()).unwrap();
                 let (url, token, _) = capstan_model::agent::parse_kernel_cmdline(&cmdline);
-                let agent = Agent::new(AgentConfig {
-                    url: url.unwrap(),
-                    token: token.unwrap(),
-                    system: SystemRoot::new(root.clone()),
-                    dev: dev.clone(),
-                    max_heartbeats: Some(600),
-                });
-                std::thread::spawn(move || agent.run());
+                let agent = std::process::Command::new(std::env::current_exe().unwrap())
+                    .args([
+                        "--exact",
+                        "agent_process",
+                        "--nocapture",
+                        "--include-ignored",
+                    ])
+                    .env(AGENT_URL, url.unwrap())
+                    .env(AGENT_TOKEN, token.unwrap())
+                    .env(AGENT_ROOT, &root)
+                    .env(AGENT_DEV, &dev)
+                    .spawn()
+                    .unwrap();
+                running = Some(agent);
             }
             // The simulated BMC's own polling of its media slot.
             std::thread::sleep(Duration::from_millis(100));
         }
+        power_off(&mut running);
     });
+}
+
+const AGENT_URL: &str = "CAPSTAN_TEST_AGENT_URL";
+const AGENT_TOKEN: &str = "CAPSTAN_TEST_AGENT_TOKEN";
+const AGENT_ROOT: &str = "CAPSTAN_TEST_AGENT_ROOT";
+const AGENT_DEV: &str = "CAPSTAN_TEST_AGENT_DEV";
+
+/// The agent of one boot of the played machine, when [`play_machine`] runs this binary for it;
+/// ignored in a normal run (it is not a test of its own).
+#[test]
+#[ignore = "the played machine's agent process, started by play_machine"]
+fn agent_process() {
+    let Ok(url) = std::env::var(AGENT_URL) else {
+        return;
+    };
+    // A machine whose test has ended is switched off with it.
+    let parent = std::os::unix::process::parent_id();
+    std::thread::spawn(move || {
+        loop {
+            if std::os::unix::process::parent_id() != parent {
+                std::process::exit(0);
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    });
+    Agent::new(AgentConfig {
+        url,
+        token: std::env::var(AGENT_TOKEN).unwrap(),
+        system: SystemRoot::new(PathBuf::from(std::env::var(AGENT_ROOT).unwrap())),
+        dev: PathBuf::from(std::env::var(AGENT_DEV).unwrap()),
+        max_heartbeats: Some(600),
+    })
+    .run();
 }
 
 struct Env {

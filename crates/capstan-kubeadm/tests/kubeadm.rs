@@ -678,7 +678,7 @@ async fn bootstrap_configs_init_once_and_refresh_tokens() {
             "apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2", "kind": "KubeadmConfig",
             "metadata": {"name": name, "namespace": NS, "labels": labels},
             "spec": {
-                "clusterConfiguration": {},
+                "clusterConfiguration": {"apiServer": {"certSANs": ["192.0.2.20"]}},
                 "initConfiguration": {"nodeRegistration": {"kubeletExtraArgs": [{"name": "node-labels", "value": "a=b"}]}},
                 "joinConfiguration": {"nodeRegistration": {"kubeletExtraArgs": [{"name": "node-labels", "value": "a=b"}]}},
                 "files": [{"path": "/etc/from-secret", "permissions": "0600", "contentFrom": {"secret": {"name": "extra", "key": "conf"}}}],
