@@ -61,7 +61,10 @@ async fn in_process_client_reads_writes_and_watches_typed_objects() {
     );
     let created = pools.create(&PostParams::default(), &pool).await.unwrap();
     assert!(created.uid().is_some());
-    assert_eq!(pools.get("provisioning").await.unwrap().spec, pool.spec);
+    // Read back as written, with upstream's default allocation strategy filled in.
+    let mut defaulted = pool.spec.clone();
+    defaulted.allocation_strategy = Some("sequential".into());
+    assert_eq!(pools.get("provisioning").await.unwrap().spec, defaulted);
     let seen = tokio::time::timeout(WAIT, watch.try_next())
         .await
         .unwrap()
@@ -269,7 +272,9 @@ async fn cluster_pauses_follow_pausing_unpausing_and_deleting_a_cluster() {
     until("the first list", || pauses.is_synced()).await;
     assert_eq!(pauses.lookup("default", "before"), Pause::Paused);
 
-    let created = DynamicObject::new("c1", &cluster_resource()).within("default");
+    let created = DynamicObject::new("c1", &cluster_resource())
+        .within("default")
+        .data(serde_json::json!({"spec": {"paused": false}}));
     clusters
         .create(&PostParams::default(), &created)
         .await
