@@ -790,11 +790,22 @@ async fn node_turning_not_ready_is_remediated_at_its_timeout_without_a_periodic_
             .then_some(())
     })
     .await;
-    let events = Api::<Event>::namespaced(env.management.clone(), NS)
-        .list(&Default::default())
-        .await
-        .unwrap()
-        .items;
+    // Events are recorded after the action they report: wait for both before reading them.
+    let events = eventually("the marking and remediation Events", || async {
+        let events = Api::<Event>::namespaced(env.management.clone(), NS)
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items;
+        let has = |reason: &str, machine: &str| {
+            events.iter().any(|e| {
+                e.reason.as_deref() == Some(reason)
+                    && e.message.as_deref().is_some_and(|m| m.contains(machine))
+            })
+        };
+        (has("MachineMarkedUnhealthy", "") && has("MachineRemediated", "w-0")).then_some(events)
+    })
+    .await;
     let event_time = |reason: &str, machine: &str| {
         let event = events
             .iter()
