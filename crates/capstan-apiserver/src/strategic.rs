@@ -44,6 +44,7 @@ pub fn strategy(parent: Option<&str>, field: &str, items: &[Value]) -> ListStrat
     let first_has = |key: &str| items.iter().any(|i| i.get(key).is_some());
     match field {
         "finalizers" if parent == Some("metadata") => ListStrategy::MergeScalars,
+        "podCIDRs" => ListStrategy::MergeScalars,
         "ownerReferences" if parent == Some("metadata") => ListStrategy::MergeKey("uid"),
         "containers"
         | "initContainers"
@@ -52,7 +53,10 @@ pub fn strategy(parent: Option<&str>, field: &str, items: &[Value]) -> ListStrat
         | "imagePullSecrets"
         | "schedulingGates"
         | "resourceClaims"
+        | "resourceClaimStatuses"
+        | "allocatedResourcesStatus"
         | "env" => ListStrategy::MergeKey("name"),
+        "podIPs" | "hostIPs" => ListStrategy::MergeKey("ip"),
         "secrets" if items.iter().all(Value::is_object) => ListStrategy::MergeKey("name"),
         "volumeMounts" => ListStrategy::MergeKey("mountPath"),
         "volumeDevices" => ListStrategy::MergeKey("devicePath"),
@@ -324,6 +328,26 @@ mod tests {
             json!({"spec": {"containers": [{"name": "a", "args": ["x", "y"]}]}}),
             json!({"spec": {"containers": [{"name": "a", "args": ["z"]}]}}),
             json!({"spec": {"containers": [{"name": "a", "args": ["z"]}]}}),
+        );
+    }
+
+    #[test]
+    fn pod_ips_merge_by_ip_node_cidrs_as_a_set_and_slice_addresses_replace() {
+        check(
+            json!({"status": {"podIPs": [{"ip": "10.0.0.1"}]}}),
+            json!({"status": {"podIPs": [{"ip": "fd00::1"}]}}),
+            json!({"status": {"podIPs": [{"ip": "10.0.0.1"}, {"ip": "fd00::1"}]}}),
+        );
+        check(
+            json!({"spec": {"podCIDRs": ["10.244.0.0/24"]}}),
+            json!({"spec": {"podCIDRs": ["fd00:10:244::/64"]}}),
+            json!({"spec": {"podCIDRs": ["10.244.0.0/24", "fd00:10:244::/64"]}}),
+        );
+        // `+listType=set` without a patch strategy: a strategic merge replaces it.
+        check(
+            json!({"endpoints": [{"addresses": ["10.0.0.1"]}]}),
+            json!({"endpoints": [{"addresses": ["10.0.0.2"]}]}),
+            json!({"endpoints": [{"addresses": ["10.0.0.2"]}]}),
         );
     }
 

@@ -130,6 +130,18 @@ impl<'s> Shape<'s> {
         let Some(field) = self.field.as_deref() else {
             return ListKind::Atomic;
         };
+        // Where Kubernetes' `+listType` and patch strategy part ways (a strategic merge replaces
+        // these lists whole): an EndpointSlice endpoint's `addresses` is a set, a container's
+        // `resources.claims` a map by name.
+        match (self.parent.as_deref(), field) {
+            (Some("endpoints"), "addresses")
+                if items.iter().all(|i| !i.is_object() && !i.is_array()) =>
+            {
+                return ListKind::Set;
+            }
+            (Some("resources"), "claims") => return ListKind::Map(vec!["name".to_owned()]),
+            _ => {}
+        }
         match strategy(self.parent.as_deref(), field, items) {
             ListStrategy::Replace => ListKind::Atomic,
             ListStrategy::MergeScalars => ListKind::Set,
@@ -549,6 +561,56 @@ mod tests {
                     "f:ports": {"k:{\"containerPort\":80,\"protocol\":\"TCP\"}": {".": {}, "f:containerPort": {}}},
                 }}},
             })
+        );
+    }
+
+    #[test]
+    fn endpoint_slice_addresses_are_a_set_and_pod_ips_keyed_by_ip() {
+        let slice = Schema::from_value(
+            crate::builtin::schemas::schema("discovery.k8s.io", "EndpointSlice").unwrap(),
+        )
+        .unwrap();
+        let set = field_set(
+            &json!({"addressType": "IPv4", "endpoints": [{"addresses": ["10.0.0.1", "10.0.0.2"]}]}),
+            &Shape::root(Some(&slice), true),
+        );
+        assert_eq!(
+            set.to_fields_v1(),
+            json!({
+                "f:addressType": {},
+                "f:endpoints": {},
+            }),
+            "endpoints is atomic (no list type upstream), so its items are not taken apart"
+        );
+        let endpoint = Shape::root(Some(&slice), true).child("endpoints").item();
+        assert_eq!(
+            endpoint.child("addresses").list_kind(&[json!("10.0.0.1")]),
+            ListKind::Set
+        );
+        let pod = pod_shape();
+        let status = pod.child("status");
+        for field in ["podIPs", "hostIPs"] {
+            assert_eq!(
+                status.child(field).list_kind(&[json!({"ip": "10.0.0.1"})]),
+                ListKind::Map(vec!["ip".to_owned()])
+            );
+        }
+        let container = pod.child("spec").child("containers").item();
+        assert_eq!(
+            container
+                .child("resources")
+                .child("claims")
+                .list_kind(&[json!({"name": "gpu"})]),
+            ListKind::Map(vec!["name".to_owned()])
+        );
+        let node =
+            Schema::from_value(crate::builtin::schemas::schema("", "Node").unwrap()).unwrap();
+        assert_eq!(
+            Shape::root(Some(&node), true)
+                .child("spec")
+                .child("podCIDRs")
+                .list_kind(&[json!("10.244.0.0/24")]),
+            ListKind::Set
         );
     }
 
