@@ -20,80 +20,17 @@
 
 mod support;
 
+use capstan_testkit::libvirt::{Libvirt, URI, virsh, virsh_ok};
 use serde_json::{Value, json};
 use sha2::Digest;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use support::*;
 
-const URI: &str = "qemu:///system";
-const POOL_DIR: &str = "/var/lib/libvirt/images";
 const NS: &str = "sigkill";
 const DOMAIN: &str = "capstan-kvm-sigkill-vm";
-
-fn virsh(args: &[&str]) -> (bool, String) {
-    let out = Command::new("virsh")
-        .arg("-c")
-        .arg(URI)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("virsh: {e} (run scripts/install-deps.sh)"));
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
-}
-
-fn virsh_ok(args: &[&str]) -> String {
-    let (ok, out) = virsh(args);
-    assert!(ok, "virsh {}: {out}", args.join(" "));
-    out
-}
-
-/// A libvirtd that answers, with the `default` pool (started as the real-VM test starts it).
-fn ensure_libvirt() {
-    if !virsh(&["version"]).0 {
-        let conf = "/etc/libvirt/qemu.conf";
-        let text = std::fs::read_to_string(conf).unwrap_or_default();
-        if !text.lines().any(|l| l.trim() == "user = \"root\"") {
-            std::fs::write(conf, format!("{text}\nuser = \"root\"\ngroup = \"root\"\n")).unwrap();
-        }
-        for daemon in ["virtlogd", "libvirtd"] {
-            let _ = std::fs::remove_file(format!("/run/{daemon}.pid"));
-            let started = Command::new("setsid")
-                .args(["-f", "tini", "-s", "--", daemon])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .unwrap_or_else(|e| panic!("{daemon}: {e} (run scripts/install-deps.sh)"));
-            assert!(started.success(), "starting {daemon}");
-        }
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !virsh(&["version"]).0 {
-            assert!(Instant::now() < deadline, "libvirtd did not answer");
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-    let (_, pools) = virsh(&["pool-list", "--all", "--name"]);
-    if !pools.lines().any(|l| l.trim() == "default") {
-        std::fs::create_dir_all(POOL_DIR).unwrap();
-        let (ok, out) = virsh(&["pool-define-as", "default", "dir", "--target", POOL_DIR]);
-        assert!(ok || out.contains("already exists"), "{out}");
-    }
-    let (_, info) = virsh(&["pool-info", "default"]);
-    if !info.contains("running") {
-        let (ok, out) = virsh(&["pool-start", "default"]);
-        assert!(ok || out.contains("already active"), "{out}");
-    }
-}
 
 /// The pool's volumes whose names contain `part`.
 fn volumes(part: &str) -> Vec<String> {
@@ -203,7 +140,7 @@ fn kvm_machine(kubeconfig: &Path) -> Result<Value, String> {
 
 #[test]
 fn sigkill_during_vm_creation_leaves_no_duplicate_domain_and_no_orphaned_volume() {
-    ensure_libvirt();
+    Libvirt::ensure();
     // Leftovers of an earlier run that was itself killed.
     let _ = virsh(&["destroy", DOMAIN]);
     let _ = virsh(&["undefine", DOMAIN]);

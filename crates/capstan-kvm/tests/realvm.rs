@@ -21,82 +21,16 @@ use capstan_kvm::machine::domain_name;
 use capstan_model::kvm::v1beta2::KVMMachine;
 use capstan_runtime::{CancellationToken, RunOptions};
 use capstan_store::{Store, StoreOptions};
+use capstan_testkit::libvirt::{Libvirt, URI, virsh};
+use capstan_testkit::until;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const URI: &str = "qemu:///system";
 const NS: &str = "realvm";
-const POOL_DIR: &str = "/var/lib/libvirt/images";
-
-fn virsh(args: &[&str]) -> (bool, String) {
-    let out = Command::new("virsh")
-        .arg("-c")
-        .arg(URI)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("virsh: {e} (run scripts/install-deps.sh)"));
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
-}
-
-fn until(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if check() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    false
-}
-
-/// A libvirtd that answers, with the `default` pool.
-fn ensure_libvirt() {
-    if !virsh(&["version"]).0 {
-        let conf = "/etc/libvirt/qemu.conf";
-        let text = std::fs::read_to_string(conf).unwrap_or_default();
-        if !text.lines().any(|l| l.trim() == "user = \"root\"") {
-            std::fs::write(conf, format!("{text}\nuser = \"root\"\ngroup = \"root\"\n")).unwrap();
-        }
-        for daemon in ["virtlogd", "libvirtd"] {
-            let _ = std::fs::remove_file(format!("/run/{daemon}.pid"));
-            let started = Command::new("setsid")
-                .args(["-f", "tini", "-s", "--", daemon])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .unwrap_or_else(|e| panic!("{daemon}: {e} (run scripts/install-deps.sh)"));
-            assert!(started.success(), "starting {daemon}");
-        }
-        assert!(
-            until(Duration::from_secs(30), || virsh(&["version"]).0),
-            "libvirtd did not answer"
-        );
-    }
-    let (_, pools) = virsh(&["pool-list", "--all", "--name"]);
-    if !pools.lines().any(|l| l.trim() == "default") {
-        std::fs::create_dir_all(POOL_DIR).unwrap();
-        let (ok, out) = virsh(&["pool-define-as", "default", "dir", "--target", POOL_DIR]);
-        assert!(ok || out.contains("already exists"), "{out}");
-    }
-    let (_, info) = virsh(&["pool-info", "default"]);
-    if !info.contains("running") {
-        let (ok, out) = virsh(&["pool-start", "default"]);
-        assert!(ok || out.contains("already active"), "{out}");
-    }
-}
 
 fn cache_dir() -> PathBuf {
     std::env::var_os("XDG_CACHE_HOME")
@@ -157,7 +91,7 @@ async fn a_vm_boots_capstans_cloud_init_medium_and_leaves_nothing_behind() {
         )
         .with_test_writer()
         .try_init();
-    ensure_libvirt();
+    Libvirt::ensure();
     let work = tempfile::tempdir().unwrap();
     let image_dir = work.path().join("image");
     let image = tokio::task::spawn_blocking(move || {

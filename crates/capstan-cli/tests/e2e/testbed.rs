@@ -6,10 +6,11 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-pub const URI: &str = "qemu:///system";
-const POOL_DIR: &str = "/var/lib/libvirt/images";
+use capstan_testkit::libvirt::POOL_DIR;
+pub use capstan_testkit::libvirt::{Libvirt, URI, virsh};
+use capstan_testkit::until;
 /// The storage pool of the bare-metal VMs' disks and of capstan's KVM volumes.
 pub const POOL: &str = "default";
 /// The single system of `sushy-emulator --fake`.
@@ -23,23 +24,6 @@ pub fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
-}
-
-pub fn virsh(args: &[&str]) -> (bool, String) {
-    let out = Command::new("virsh")
-        .arg("-c")
-        .arg(URI)
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
 }
 
 /// The names `virsh ARGS` lists (one a line) that start with `prefix`.
@@ -126,97 +110,6 @@ pub fn kill_after(pid: u32, limit: Duration) -> Watchdog {
         }
     });
     Watchdog(Some(tx))
-}
-
-/// Polls `check` every 200 ms until it holds or `limit` passes (for daemons without a readiness
-/// signal of their own).
-fn until(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if check() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    check()
-}
-
-/// libvirtd and virtlogd, with the `default` storage pool sushy's virtual media needs.
-pub struct Libvirt;
-
-/// The network namespace of process `pid` (`net:[4026531840]`), when it can be read.
-fn network_namespace(pid: &str) -> Option<std::path::PathBuf> {
-    std::fs::read_link(format!("/proc/{pid}/ns/net")).ok()
-}
-
-/// The pids of running processes called `name`.
-fn pids_of(name: &str) -> Vec<String> {
-    let out = Command::new("pgrep").args(["-x", name]).output();
-    out.map(|o| {
-        String::from_utf8_lossy(&o.stdout)
-            .lines()
-            .map(str::to_owned)
-            .collect()
-    })
-    .unwrap_or_default()
-}
-
-impl Libvirt {
-    pub fn ensure() -> Self {
-        // QEMU runs in libvirtd's network namespace and its guests reach the host's loopback there
-        // (10.0.2.2): a libvirtd in another namespace than this test's servers cannot work.
-        let ours = network_namespace("self");
-        for pid in pids_of("libvirtd") {
-            let theirs = network_namespace(&pid);
-            assert!(
-                theirs == ours,
-                "libvirtd (pid {pid}) runs in network namespace {theirs:?}, this test in {ours:?}: its \
-                 VMs could not reach the test's servers. Stop it (`pkill -x libvirtd; pkill -x \
-                 virtlogd`) and run the test again; it starts its own."
-            );
-        }
-        if !virsh(&["version"]).0 {
-            // QEMU runs as root: libvirt probes QEMU's capabilities as root, and with QEMU as
-            // another user that cannot open /dev/kvm it finds its cache stale on every call and
-            // probes again (seconds per request).
-            let conf = "/etc/libvirt/qemu.conf";
-            let text = std::fs::read_to_string(conf).unwrap_or_default();
-            if !text.lines().any(|l| l.trim() == "user = \"root\"") {
-                std::fs::write(conf, format!("{text}\nuser = \"root\"\ngroup = \"root\"\n"))
-                    .unwrap();
-            }
-            for daemon in ["virtlogd", "libvirtd"] {
-                // Under tini as a subreaper: QEMU processes libvirt daemonizes would otherwise be
-                // orphaned to a PID 1 that does not reap them, and libvirt waits for the zombies.
-                let _ = std::fs::remove_file(format!("/run/{daemon}.pid"));
-                // `setsid -f` forks the daemon into its own session and returns at once.
-                let started = Command::new("setsid")
-                    .args(["-f", "tini", "-s", "--", daemon])
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .status()
-                    .unwrap_or_else(|e| panic!("{daemon}: {e} (run scripts/install-deps.sh)"));
-                assert!(started.success(), "starting {daemon}");
-            }
-            assert!(
-                until(Duration::from_secs(30), || virsh(&["version"]).0),
-                "libvirtd did not answer"
-            );
-        }
-        let (_, pools) = virsh(&["pool-list", "--all", "--name"]);
-        if !pools.lines().any(|l| l.trim() == "default") {
-            std::fs::create_dir_all(POOL_DIR).unwrap();
-            let (ok, out) = virsh(&["pool-define-as", "default", "dir", "--target", POOL_DIR]);
-            assert!(ok || out.contains("already exists"), "{out}");
-        }
-        let (_, info) = virsh(&["pool-info", "default"]);
-        if !info.contains("running") {
-            let (ok, out) = virsh(&["pool-start", "default"]);
-            assert!(ok || out.contains("already active"), "{out}");
-        }
-        Self
-    }
 }
 
 /// A sushy-emulator on loopback with basic auth: libvirt-backed, or `--fake` when `fake_port`
