@@ -37,7 +37,9 @@ pub fn set_condition(conditions: &mut Vec<Condition>, mut new: Condition, now: &
     }
 }
 
-/// A condition of `type_` with `status`, `reason` and `message`, observed at `generation`.
+/// A condition of `type_` with `status`, `reason` and `message`, observed at `generation`. The
+/// message is always given, possibly empty, as `metav1.Condition` (upstream's `v1beta2` and
+/// Metal3's conditions) requires it.
 pub fn condition(
     type_: &str,
     status: &str,
@@ -52,7 +54,7 @@ pub fn condition(
         observed_generation: generation,
         last_transition_time: None,
         reason: Some(reason.to_owned()),
-        message: (!message.is_empty()).then_some(message),
+        message: Some(message),
         severity: None,
     }
 }
@@ -117,7 +119,7 @@ mod tests {
             ready.last_transition_time.as_deref(),
             Some("2026-01-01T00:07:00Z")
         );
-        assert_eq!(ready.message, None);
+        assert_eq!(ready.message.as_deref(), Some(""));
         assert!(is_true(&conditions, "Ready"));
         assert!(!is_true(&conditions, "Other"));
         assert!(remove(&mut conditions, "Ready") && conditions.is_empty());
