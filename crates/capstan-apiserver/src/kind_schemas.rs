@@ -16,8 +16,9 @@
 //!   field upstream has is added where the model does not name it, a `serde_json::Value` field takes
 //!   upstream's shape, and upstream's required fields, enums, bounds, patterns, formats, defaults,
 //!   list and map types and nullability apply, in `status` as in `spec` (status fields the model
-//!   names for the other API version are kept, see `Part`). The model's types and descriptions win where both say something (a test fails when they
-//!   disagree), so `kubectl explain` prints the model's documentation.
+//!   names for the other API version are kept, see `Part`). The model's types and descriptions
+//!   win where both say something (a test fails when they disagree), so `kubectl explain` prints
+//!   the model's documentation.
 //!
 //! Either way objects are closed below the root except where upstream (or, for the KVM kinds, the
 //! model) keeps unknown fields, so an unknown field is pruned, or refused with
