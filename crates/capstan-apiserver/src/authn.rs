@@ -236,7 +236,7 @@ pub async fn authenticate_token(state: &ApiState, token: &str) -> Result<UserInf
         return service_account_token_user(
             state,
             token,
-            &crate::builtin::tokens::api_audiences(),
+            state.token_issuer().api_audiences(),
             jiff::Timestamp::now().as_second(),
         )
         .await
@@ -293,7 +293,7 @@ pub async fn service_account_token_user(
 ) -> Result<(UserInfo, Vec<String>), TokenRejection> {
     use crate::builtin::tokens;
     let key = state.service_account_key();
-    let claims = tokens::verify_at(&key, token, audiences, now)
+    let claims = tokens::verify_at(&key, &state.token_issuer(), token, audiences, now)
         .map_err(|reason| TokenRejection::ServiceAccountToken(reason.to_string()))?;
     let namespace = claims.namespace().to_owned();
     let account = &claims.kubernetes.serviceaccount;

@@ -15,10 +15,10 @@
 //!   version, reduced to its structure and validations, without descriptions or CEL rules). Every
 //!   field upstream has is added where the model does not name it, a `serde_json::Value` field takes
 //!   upstream's shape, and upstream's required fields, enums, bounds, patterns, formats, defaults,
-//!   list and map types and nullability apply — in `status`, which capstan's controllers write in
-//!   the model's shape, only upstream's fields, types, list and map types (see `Part`). The
-//!   model's types and descriptions win where both say something (a test fails when they
-//!   disagree), so `kubectl explain` prints the model's documentation.
+//!   list and map types and nullability apply, in `status` as in `spec` (status fields the model
+//!   names for the other API version are kept, see `Part`). The model's types and descriptions
+//!   win where both say something (a test fails when they disagree), so `kubectl explain` prints
+//!   the model's documentation.
 //!
 //! Either way objects are closed below the root except where upstream (or, for the KVM kinds, the
 //! model) keeps unknown fields, so an unknown field is pruned, or refused with
@@ -298,20 +298,13 @@ enum Part {
     /// reaches this version only through conversion) is dropped, so it is pruned or refused as
     /// upstream does.
     Spec,
-    /// `status`, written by capstan's controllers: upstream's fields, types, list and map types,
-    /// but not upstream's value rules (required fields, bounds, patterns, enums, formats,
-    /// defaults), and the model's own fields kept; capstan reports status in the model's shape
-    /// (conditions without a `message`, for one), see docs/api.md.
+    /// `status`, written by capstan's controllers: upstream's contract whole as well (fields,
+    /// types, required fields, bounds, lengths, patterns, enums, formats, defaults, nullability),
+    /// except that status fields the model names for the other API version are kept: conversion
+    /// carries them between versions (a `v1beta1` object's `status.v1beta2` conditions, for one),
+    /// and pruning them would lose what a reader of the other version sees.
     Status,
 }
-
-/// The keywords that say how a status value is structured rather than which values it may take.
-const STRUCTURE_KEYWORDS: &[&str] = &[
-    "x-kubernetes-list-type",
-    "x-kubernetes-list-map-keys",
-    "x-kubernetes-map-type",
-    "x-kubernetes-embedded-resource",
-];
 
 /// Completes a kind's schema with upstream's, below the root (`metadata` stays the model's
 /// ObjectMeta).
@@ -355,27 +348,13 @@ fn complete(ours: &mut Value, theirs: &Value, part: Part) {
             }
         }
     }
-    match their.get(PRESERVE) {
-        Some(value) => our.insert(PRESERVE.into(), value.clone()),
-        None => our.remove(PRESERVE),
-    };
-    let keywords = match part {
-        Part::Spec => {
-            match their.get("nullable") {
-                Some(value) => our.insert("nullable".into(), value.clone()),
-                None => our.remove("nullable"),
-            };
-            UPSTREAM_KEYWORDS
-        }
-        Part::Status => {
-            // The model's own value rules stay; upstream's are not added.
-            if their.get("nullable") == Some(&json!(true)) {
-                our.insert("nullable".into(), json!(true));
-            }
-            STRUCTURE_KEYWORDS
-        }
-    };
-    for key in keywords {
+    for key in [PRESERVE, "nullable"] {
+        match their.get(key) {
+            Some(value) => our.insert(key.into(), value.clone()),
+            None => our.remove(key),
+        };
+    }
+    for key in UPSTREAM_KEYWORDS {
         match their.get(*key) {
             Some(value) => our.insert((*key).into(), value.clone()),
             None => our.remove(*key),
@@ -395,11 +374,7 @@ fn complete(ours: &mut Value, theirs: &Value, part: Part) {
                 match our_props.get_mut(name) {
                     Some(our_prop) => complete(our_prop, their_prop, part),
                     None => {
-                        let mut added = their_prop.clone();
-                        if part == Part::Status {
-                            structure_only(&mut added);
-                        }
-                        our_props.insert(name.clone(), added);
+                        our_props.insert(name.clone(), their_prop.clone());
                     }
                 }
             }
@@ -410,39 +385,12 @@ fn complete(ours: &mut Value, theirs: &Value, part: Part) {
         match (our.get_mut(key), their.get(key)) {
             (Some(a), Some(b)) if a.is_object() && b.is_object() => complete(a, b, part),
             (None, Some(b)) if !(key == "additionalProperties" && has_properties) => {
-                let mut added = b.clone();
-                if part == Part::Status {
-                    structure_only(&mut added);
-                }
-                our.insert(key.into(), added);
+                our.insert(key.into(), b.clone());
             }
             _ => {}
         }
     }
-    if part == Part::Spec {
-        union_required(ours, theirs);
-    }
-}
-
-/// Drops an upstream status node's value rules (see [`Part::Status`]), keeping its structure.
-fn structure_only(node: &mut Value) {
-    let Some(obj) = node.as_object_mut() else {
-        return;
-    };
-    obj.remove("required");
-    for key in UPSTREAM_KEYWORDS {
-        if !STRUCTURE_KEYWORDS.contains(key) {
-            obj.remove(*key);
-        }
-    }
-    if let Some(Value::Object(props)) = obj.get_mut("properties") {
-        props.values_mut().for_each(structure_only);
-    }
-    for key in ["items", "additionalProperties"] {
-        if let Some(child) = obj.get_mut(key) {
-            structure_only(child);
-        }
-    }
+    union_required(ours, theirs);
 }
 
 /// Upstream's required fields of an object, in upstream's order (the order kube-apiserver reports

@@ -123,12 +123,23 @@ pub struct ApiState {
     anonymous_auth: std::sync::atomic::AtomicBool,
     /// The key ServiceAccount tokens are signed with.
     service_account_key: RwLock<Arc<builtin::tokens::SigningKey>>,
+    /// The issuer of ServiceAccount tokens and the audiences the server accepts.
+    token_issuer: RwLock<Arc<builtin::tokens::TokenIssuer>>,
 }
 
 impl ApiState {
     /// The key ServiceAccount tokens are signed and verified with.
     pub fn service_account_key(&self) -> Arc<builtin::tokens::SigningKey> {
         self.service_account_key
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The issuer of ServiceAccount tokens and the audiences this server accepts for its own
+    /// authentication.
+    pub fn token_issuer(&self) -> Arc<builtin::tokens::TokenIssuer> {
+        self.token_issuer
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
@@ -223,6 +234,7 @@ impl ApiServer {
             anonymous_auth: std::sync::atomic::AtomicBool::new(true),
             // Until a data directory's key is given, one of this process.
             service_account_key: RwLock::new(Arc::new(builtin::tokens::SigningKey::generate()?)),
+            token_issuer: RwLock::new(Arc::new(builtin::tokens::TokenIssuer::default())),
         });
         builtin::namespaces::spawn(Arc::downgrade(&state));
         Ok(Self { state })
@@ -305,6 +317,18 @@ impl ApiServer {
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(key);
     }
 
+    /// Issues ServiceAccount tokens as `issuer` and accepts them for authentication only when
+    /// they are for one of its API audiences, from now on (kube-apiserver's
+    /// `--service-account-issuer` and `--api-audiences`); tokens of another issuer stop
+    /// verifying.
+    pub fn set_token_issuer(&self, issuer: builtin::tokens::TokenIssuer) {
+        *self
+            .state
+            .token_issuer
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(issuer);
+    }
+
     /// The HTTP routes, authentication and authorization included. `/healthz`, `/livez`,
     /// `/readyz` and `/version` are readable by everyone (also anonymously) through the default
     /// ClusterRole `system:public-info-viewer`, as in Kubernetes.
@@ -320,9 +344,7 @@ impl ApiServer {
             .route("/metrics", get(metrics_text))
             .route(
                 "/.well-known/openid-configuration",
-                get(|| async {
-                    axum::Json(builtin::tokens::openid_configuration()).into_response()
-                }),
+                get(openid_configuration),
             )
             .route("/openid/v1/jwks", get(jwks))
             .route(
@@ -346,6 +368,10 @@ impl ApiServer {
             ))
             .with_state(self.state.clone())
     }
+}
+
+async fn openid_configuration(State(state): State<Arc<ApiState>>) -> Response {
+    axum::Json(state.token_issuer().openid_configuration()).into_response()
 }
 
 async fn jwks(State(state): State<Arc<ApiState>>) -> Response {

@@ -330,7 +330,8 @@ async fn review_token(
     requested: &Value,
 ) -> Result<(crate::authn::UserInfo, Vec<String>), crate::authn::TokenRejection> {
     use crate::builtin::tokens;
-    let api = tokens::api_audiences();
+    let issuer = state.token_issuer();
+    let api = issuer.api_audiences();
     let mut audiences: Vec<String> = requested
         .as_array()
         .into_iter()
@@ -339,7 +340,7 @@ async fn review_token(
         .map(str::to_owned)
         .collect();
     if audiences.is_empty() {
-        audiences = api.clone();
+        audiences = api.to_vec();
     }
     if tokens::looks_like_jwt(token) {
         let now = jiff::Timestamp::now().as_second();

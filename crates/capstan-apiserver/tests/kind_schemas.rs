@@ -5,13 +5,14 @@
 //! KVM kinds and below the root of the upstream kinds (`spec.controlPlaneRef.nmae` is refused with
 //! `--validate=strict` and pruned otherwise), a KubeadmControlPlane missing upstream's required
 //! fields is refused as kube-apiserver words it, and status writes are validated against the
-//! status part of the schema.
+//! status part of the schema — on the kinds shared with upstream with upstream's value rules.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
 
 use std::path::{Path, PathBuf};
+use support::raw::request;
 use support::{Server, kubectl_at, ok, start};
 
 const OLDER_KUBECTL: &str = "/usr/lib/google-cloud-sdk/bin/kubectl.1.27";
@@ -530,4 +531,96 @@ fn status_writes_are_validated_against_the_status_schema() {
         ));
         assert_eq!(state, "true/running/10.0.0.5", "{name}");
     }
+}
+
+#[test]
+fn status_writes_upstream_would_refuse_are_refused_with_the_field_named() {
+    let server = start();
+    let (code, body) = request(
+        &server,
+        "POST",
+        "/apis/cluster.x-k8s.io/v1beta2/namespaces/default/clusters",
+        "application/json",
+        br#"{"apiVersion":"cluster.x-k8s.io/v1beta2","kind":"Cluster","metadata":{"name":"c0"},"spec":{"clusterNetwork":{"pods":{"cidrBlocks":["10.244.0.0/16"]}}}}"#,
+    );
+    assert_eq!(code, 201, "{body}");
+    let patch_status = |status: &str| {
+        request(
+            &server,
+            "PATCH",
+            "/apis/cluster.x-k8s.io/v1beta2/namespaces/default/clusters/c0/status",
+            "application/merge-patch+json",
+            format!(r#"{{"status":{status}}}"#).as_bytes(),
+        )
+    };
+    // What capstan's controllers write: a `metav1.Condition` with every required field (the
+    // message possibly empty), `initialization` with a field, a phase upstream knows.
+    let (code, body) = patch_status(
+        r#"{"phase":"Provisioning","initialization":{"infrastructureProvisioned":true},"conditions":[{"type":"Available","status":"False","reason":"WaitingForControlPlane","message":"","lastTransitionTime":"2026-01-01T00:00:00Z","observedGeneration":1}]}"#,
+    );
+    assert_eq!(code, 200, "{body}");
+    // What upstream's CRD refuses, each with the field named.
+    for (status, field, says) in [
+        (
+            r#"{"conditions":[{"type":"Available","status":"False","reason":"Waiting","lastTransitionTime":"2026-01-01T00:00:00Z"}]}"#,
+            "status.conditions[0].message",
+            "Required value",
+        ),
+        (
+            r#"{"conditions":[{"type":"Available","status":"False","reason":"not ready","message":"","lastTransitionTime":"2026-01-01T00:00:00Z"}]}"#,
+            "status.conditions[0].reason",
+            "does not match the pattern",
+        ),
+        (
+            r#"{"conditions":[{"type":"Available","status":"Maybe","reason":"Waiting","message":"","lastTransitionTime":"2026-01-01T00:00:00Z"}]}"#,
+            "status.conditions[0].status",
+            "unsupported value",
+        ),
+        (
+            r#"{"conditions":[{"type":"Available","status":"True","reason":"Ready","message":""}]}"#,
+            "status.conditions[0].lastTransitionTime",
+            "Required value",
+        ),
+        (r#"{"initialization":null,"conditions":null}"#, "", ""),
+        (
+            r#"{"initialization":{}}"#,
+            "status.initialization",
+            "at least 1",
+        ),
+        (r#"{"phase":"Ready"}"#, "status.phase", "unsupported value"),
+    ] {
+        let (code, body) = patch_status(status);
+        if field.is_empty() {
+            assert_eq!(code, 200, "{status}: {body}");
+            continue;
+        }
+        assert_eq!(code, 422, "{status}: {body}");
+        let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(answer["reason"], "Invalid", "{body}");
+        let causes = answer["details"]["causes"].as_array().unwrap();
+        assert!(
+            causes.iter().any(|c| c["field"] == field),
+            "{status}: {field} not named in {body}"
+        );
+        assert!(
+            answer["message"]
+                .as_str()
+                .unwrap()
+                .to_lowercase()
+                .contains(&says.to_lowercase()),
+            "{status}: {says:?} not in {body}"
+        );
+    }
+    // Nothing refused was stored.
+    let (code, body) = request(
+        &server,
+        "GET",
+        "/apis/cluster.x-k8s.io/v1beta2/namespaces/default/clusters/c0",
+        "application/json",
+        b"",
+    );
+    assert_eq!(code, 200, "{body}");
+    let stored: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(stored["status"]["phase"], "Provisioning", "{body}");
+    assert!(stored["status"].get("conditions").is_none(), "{body}");
 }

@@ -2,7 +2,9 @@
 //! ES256 JWTs from `kubectl create token` that verify with the key the server publishes
 //! (`/.well-known/openid-configuration`, `/openid/v1/jwks`), are accepted by the API and by
 //! TokenReview until they expire, and are refused for another audience, when tampered with, after
-//! their ServiceAccount was deleted and recreated, and after the Pod they are bound to is gone.
+//! their ServiceAccount was deleted and recreated, and after the Pod they are bound to is gone; a
+//! server with its own issuer and API audiences (`--service-account-issuer`, `--api-audiences`)
+//! issues, publishes and accepts tokens by them.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -11,7 +13,7 @@ mod support;
 use base64::Engine;
 use serde_json::{Value, json};
 use support::raw::{request, request_as};
-use support::{Server, kubectl, ok, start};
+use support::{Server, kubectl, ok, start, start_with_token_issuer};
 
 const ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
 
@@ -195,6 +197,107 @@ fn tokens_are_jwts_that_verify_with_the_published_key() {
     let resigned = format!("{}.{}.{}", parts[0], parts[1], b64().encode(signature));
     assert_eq!(list_with(&server, &resigned), 401);
     assert_eq!(review(&server, &forged, &[])["authenticated"], false);
+}
+
+#[test]
+fn a_configured_issuer_and_api_audiences_decide_what_tokens_carry_and_which_authenticate() {
+    const OWN_ISSUER: &str = "https://capstan.example.test:6443";
+    let server = start_with_token_issuer(OWN_ISSUER, &["api", "also-api"]);
+    setup(&server);
+
+    // Without `--audience` a token is for the API audiences, and carries the issuer.
+    let token = create_token(&server, &[]);
+    let claims = claims_of(&token);
+    assert_eq!(claims["iss"], OWN_ISSUER);
+    assert_eq!(claims["aud"], json!(["api", "also-api"]));
+    assert_eq!(list_with(&server, &token), 200);
+
+    // Discovery names the issuer; a relying party checks tokens against it.
+    let (code, body) = request_as(
+        &server,
+        Some(&token),
+        "GET",
+        "/.well-known/openid-configuration",
+        "application/json",
+        b"",
+    );
+    assert_eq!(code, 200, "{body}");
+    let discovery: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(discovery["issuer"], OWN_ISSUER);
+    assert_eq!(
+        discovery["jwks_uri"],
+        format!("{OWN_ISSUER}/openid/v1/jwks")
+    );
+    let (code, body) = request_as(
+        &server,
+        Some(&token),
+        "GET",
+        "/openid/v1/jwks",
+        "application/json",
+        b"",
+    );
+    assert_eq!(code, 200, "{body}");
+    let jwks: jsonwebtoken::jwk::JwkSet = serde_json::from_str(&body).unwrap();
+    let header = jsonwebtoken::decode_header(&token).unwrap();
+    let key =
+        jsonwebtoken::DecodingKey::from_jwk(jwks.find(header.kid.as_deref().unwrap()).unwrap())
+            .unwrap();
+    let mut validation = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::ES256);
+    validation.set_audience(&["also-api"]);
+    validation.set_issuer(&[OWN_ISSUER]);
+    assert!(jsonwebtoken::decode::<Value>(&token, &key, &validation).is_ok());
+    validation.set_issuer(&[ISSUER]);
+    assert!(jsonwebtoken::decode::<Value>(&token, &key, &validation).is_err());
+
+    // A token for one API audience among others authenticates; one for none of them is refused
+    // (401, kubectl's "You must be logged in") though TokenReview vouches for it to its audience.
+    let one_of_them = create_token(&server, &["--audience", "vault", "--audience", "also-api"]);
+    assert_eq!(claims_of(&one_of_them)["aud"], json!(["vault", "also-api"]));
+    assert_eq!(list_with(&server, &one_of_them), 200);
+    let vault = create_token(&server, &["--audience", "vault"]);
+    assert_eq!(list_with(&server, &vault), 401);
+    let refused = kubectl(
+        &server,
+        &["--token", &vault, "-n", "team-a", "get", "configmaps"],
+        None,
+    );
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains("error: You must be logged in to the server"),
+        "{said}"
+    );
+    let status = review(&server, &vault, &["vault"]);
+    assert_eq!(status["authenticated"], true, "{status}");
+    assert_eq!(status["audiences"], json!(["vault"]));
+    // A review naming no audience checks for the API audiences.
+    assert_eq!(review(&server, &vault, &[])["authenticated"], false);
+    let status = review(&server, &token, &[]);
+    assert_eq!(status["authenticated"], true, "{status}");
+    assert_eq!(status["audiences"], json!(["api", "also-api"]));
+    // The default issuer's audience is not this server's any more.
+    let default_audience = create_token(&server, &["--audience", ISSUER]);
+    assert_eq!(list_with(&server, &default_audience), 401);
+
+    // Another issuer's token, signed with this very key, is refused.
+    let pem = std::fs::read(server.dir.path().join("pki/sa.key")).unwrap();
+    let der = rustls_pemfile::private_key(&mut pem.as_slice())
+        .unwrap()
+        .unwrap();
+    let signing = jsonwebtoken::EncodingKey::from_ec_der(der.secret_der());
+    let mut foreign = claims_of(&token);
+    foreign["iss"] = json!(ISSUER);
+    let foreign = jsonwebtoken::encode(&header, &foreign, &signing).unwrap();
+    assert_eq!(list_with(&server, &foreign), 401);
+    assert_eq!(review(&server, &foreign, &[])["authenticated"], false);
+    let mut same = claims_of(&token);
+    same["iss"] = json!(OWN_ISSUER);
+    assert_eq!(
+        list_with(
+            &server,
+            &jsonwebtoken::encode(&header, &same, &signing).unwrap()
+        ),
+        200
+    );
 }
 
 #[test]

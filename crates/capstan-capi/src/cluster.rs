@@ -159,7 +159,11 @@ pub fn compute_status(
     }
     let infra_done = init["infrastructureProvisioned"].as_bool() == Some(true);
     let cp_done = init["controlPlaneInitialized"].as_bool() == Some(true);
-    status.initialization = Some(init);
+    // Upstream's `initialization` has at least one field: none latched yet, none written.
+    status.initialization = init
+        .as_object()
+        .is_some_and(|fields| !fields.is_empty())
+        .then_some(init);
 
     let set = |status: &mut ClusterStatus, type_: &str, ok: bool, reason: &str, message: String| {
         conditions::set_condition(

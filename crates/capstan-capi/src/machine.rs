@@ -297,7 +297,11 @@ pub fn compute_status(
     if observed.infrastructure == InfraState::Provisioned {
         init["infrastructureProvisioned"] = json!(true);
     }
-    status.initialization = Some(init);
+    // Upstream's `initialization` has at least one field: none latched yet, none written.
+    status.initialization = init
+        .as_object()
+        .is_some_and(|fields| !fields.is_empty())
+        .then_some(init);
     if let NodeState::Found { name, .. } = &observed.node {
         status.node_ref = Some(json!({"name": name}));
     }
@@ -665,7 +669,8 @@ impl MachineController {
         let node_info = status
             .node_info
             .as_ref()
-            .map(|i| json!({"kubeletVersion": i.kubelet_version, "osImage": i.os_image}));
+            // Whole, as upstream copies it: its fields are all required in `status.nodeInfo`.
+            .and_then(|info| serde_json::to_value(info).ok());
         Ok((
             NodeState::Found {
                 name,

@@ -277,7 +277,7 @@ impl Env {
         let mut status = json!({
             "initialization": {"bootstrapDataSecretCreated": true, "infrastructureProvisioned": true},
             "conditions": [{
-                "type": "InfrastructureReady", "status": "True", "reason": "Ready",
+                "type": "InfrastructureReady", "status": "True", "reason": "Ready", "message": "",
                 "lastTransitionTime": ago(60),
             }],
         });

@@ -1044,3 +1044,89 @@ fn kubeconfigs_issued_for_a_user_carry_only_the_role_given() {
     );
     assert!(!ok && err.contains("plain user name"), "{err}");
 }
+
+#[test]
+fn the_service_account_issuer_and_api_audiences_are_set_by_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let port = free_port();
+    let _server = serve(
+        &data,
+        port,
+        &[
+            "--no-controllers",
+            "--service-account-issuer",
+            "https://issuer.capstan.test",
+            "--api-audiences",
+            "api-a,api-b",
+        ],
+    );
+    let kubeconfig = data.join("kubeconfig");
+    let kubectl = |args: &[&str]| {
+        let out = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(args)
+            .env("HOME", dir.path())
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, _, err) = kubectl(&["create", "serviceaccount", "bot"]);
+    assert!(ok, "{err}");
+    let (ok, token, err) = kubectl(&["create", "token", "bot"]);
+    assert!(ok, "{err}");
+    use base64::Engine;
+    let claims: serde_json::Value = serde_json::from_slice(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(token.split('.').nth(1).unwrap())
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(claims["iss"], "https://issuer.capstan.test");
+    assert_eq!(claims["aud"], serde_json::json!(["api-a", "api-b"]));
+    let (ok, discovery, err) = kubectl(&["get", "--raw", "/.well-known/openid-configuration"]);
+    assert!(ok, "{err}");
+    let discovery: serde_json::Value = serde_json::from_str(&discovery).unwrap();
+    assert_eq!(discovery["issuer"], "https://issuer.capstan.test");
+    // A token for another audience does not authenticate.
+    let (ok, other, err) = kubectl(&["create", "token", "bot", "--audience", "vault"]);
+    assert!(ok, "{err}");
+    let (ok, _, err) = kubectl(&["--token", &other, "auth", "whoami"]);
+    assert!(!ok);
+    assert!(err.contains("You must be logged in"), "{err}");
+    let (ok, whoami, err) = kubectl(&[
+        "--token",
+        &token,
+        "auth",
+        "whoami",
+        "-o",
+        "jsonpath={.status.userInfo.username}",
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(whoami, "system:serviceaccount:default:bot");
+
+    // A malformed issuer stops serve before it listens, naming the flag.
+    let out = Command::new(env!("CARGO_BIN_EXE_capstan"))
+        .args([
+            "serve",
+            "--data-dir",
+            dir.path().join("other").to_str().unwrap(),
+            "--listen",
+            &format!("127.0.0.1:{}", free_port()),
+            "--provisioning-listen",
+            "127.0.0.1:0",
+            "--service-account-issuer",
+            "not a url",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("--service-account-issuer"), "{stderr}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("ready at"));
+}

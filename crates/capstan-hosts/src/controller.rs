@@ -690,6 +690,5 @@ fn error_reason(error_type: crate::state::ErrorType) -> &'static str {
         E::Preparation => "PreparationError",
         E::Provisioning => "ProvisioningError",
         E::PowerManagement => "PowerManagementError",
-        E::Detach => "DetachError",
     }
 }

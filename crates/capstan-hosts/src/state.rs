@@ -122,7 +122,8 @@ impl OperationalStatus {
     }
 }
 
-/// `status.errorType`: which kind of operation failed.
+/// `status.errorType`: which kind of operation failed, among the values upstream's CRD admits (it
+/// has no "detach error", so none is reported).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ErrorType {
     /// The BMC could not be reached or refused the credentials.
@@ -137,8 +138,6 @@ pub enum ErrorType {
     Provisioning,
     /// A power change failed.
     PowerManagement,
-    /// Detaching failed.
-    Detach,
 }
 
 impl ErrorType {
@@ -151,7 +150,6 @@ impl ErrorType {
             Self::Preparation => "preparation error",
             Self::Provisioning => "provisioning error",
             Self::PowerManagement => "power management error",
-            Self::Detach => "detach error",
         }
     }
 }

@@ -264,10 +264,13 @@ impl<P: InfraMachineProvider> InfraMachineController<P> {
         let mut owned = Map::new();
         owned.insert("initialization".into(), json!({"provisioned": true}));
         owned.insert("ready".into(), json!(true));
-        owned.insert(
-            "addresses".into(),
-            serde_json::to_value(&provisioned.addresses).unwrap_or(Value::Null),
-        );
+        // Upstream's list holds at least one address: none known, none kept.
+        let addresses = if provisioned.addresses.is_empty() {
+            Value::Null
+        } else {
+            serde_json::to_value(&provisioned.addresses).unwrap_or(Value::Null)
+        };
+        owned.insert("addresses".into(), addresses);
         if let Some(domain) = &provisioned.failure_domain {
             owned.insert("failureDomain".into(), json!(domain));
         }

@@ -814,10 +814,11 @@ async fn bootstrap_configs_init_once_and_refresh_tokens() {
 
     // Token refresh: the worker's token, nearly expired while the Machine has no Node, is extended;
     // deleted, it comes back.
+    // (Upstream's Machine status is never an empty object: the phase stays.)
     env.patch_status(
         &machines_r(),
         "worker",
-        json!({"status": {"nodeRef": null}}),
+        json!({"status": {"nodeRef": null, "phase": "Provisioned"}}),
     )
     .await;
     let id = worker.metadata.annotations.unwrap()[ANNOTATION_TOKEN_ID].clone();
@@ -1228,7 +1229,7 @@ async fn machine_handed_over_for_remediation_is_replaced() {
     env.patch_status(
         &machines_r(),
         &sick,
-        json!({"status": {"conditions": [{"type": "OwnerRemediated", "status": "False", "reason": "WaitingForRemediation", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}),
+        json!({"status": {"conditions": [{"type": "OwnerRemediated", "status": "False", "reason": "WaitingForRemediation", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}),
     )
     .await;
     env.converge("the replacement", || async {

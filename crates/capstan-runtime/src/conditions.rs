@@ -13,8 +13,20 @@ pub const UNKNOWN: &str = "Unknown";
 /// Sets (adds or replaces) the condition of `new.type_` in `conditions`. `lastTransitionTime` is kept
 /// when the status did not change and set to `now` when it did (or when `new` carries none). Returns
 /// whether anything changed, so a reconciler writes status only when it must.
+///
+/// Every condition of the list comes out with a `message` (possibly empty) and a
+/// `lastTransitionTime`, as `metav1.Condition` requires them: ones stored without (before capstan
+/// always wrote them, or by another writer) are completed, so the list written back is one
+/// upstream's schema accepts.
 pub fn set_condition(conditions: &mut Vec<Condition>, mut new: Condition, now: &str) -> bool {
-    match conditions.iter_mut().find(|c| c.type_ == new.type_) {
+    let mut completed = false;
+    for condition in conditions.iter_mut() {
+        completed |= complete(condition, now);
+    }
+    if new.message.is_none() {
+        new.message = Some(String::new());
+    }
+    let set = match conditions.iter_mut().find(|c| c.type_ == new.type_) {
         Some(existing) => {
             if existing.status == new.status {
                 new.last_transition_time = existing.last_transition_time.clone();
@@ -22,10 +34,11 @@ pub fn set_condition(conditions: &mut Vec<Condition>, mut new: Condition, now: &
                 new.last_transition_time = Some(now.to_owned());
             }
             if *existing == new {
-                return false;
+                false
+            } else {
+                *existing = new;
+                true
             }
-            *existing = new;
-            true
         }
         None => {
             if new.last_transition_time.is_none() {
@@ -34,10 +47,28 @@ pub fn set_condition(conditions: &mut Vec<Condition>, mut new: Condition, now: &
             conditions.push(new);
             true
         }
-    }
+    };
+    completed || set
 }
 
-/// A condition of `type_` with `status`, `reason` and `message`, observed at `generation`.
+/// Gives `condition` the fields `metav1.Condition` requires that it lacks (an empty message, `now`
+/// as its transition time); returns whether it lacked any.
+fn complete(condition: &mut Condition, now: &str) -> bool {
+    let mut changed = false;
+    if condition.message.is_none() {
+        condition.message = Some(String::new());
+        changed = true;
+    }
+    if condition.last_transition_time.is_none() {
+        condition.last_transition_time = Some(now.to_owned());
+        changed = true;
+    }
+    changed
+}
+
+/// A condition of `type_` with `status`, `reason` and `message`, observed at `generation`. The
+/// message is always given, possibly empty, as `metav1.Condition` (upstream's `v1beta2` and
+/// Metal3's conditions) requires it.
 pub fn condition(
     type_: &str,
     status: &str,
@@ -52,7 +83,7 @@ pub fn condition(
         observed_generation: generation,
         last_transition_time: None,
         reason: Some(reason.to_owned()),
-        message: (!message.is_empty()).then_some(message),
+        message: Some(message),
         severity: None,
     }
 }
@@ -117,7 +148,7 @@ mod tests {
             ready.last_transition_time.as_deref(),
             Some("2026-01-01T00:07:00Z")
         );
-        assert_eq!(ready.message, None);
+        assert_eq!(ready.message.as_deref(), Some(""));
         assert!(is_true(&conditions, "Ready"));
         assert!(!is_true(&conditions, "Other"));
         assert!(remove(&mut conditions, "Ready") && conditions.is_empty());
@@ -127,5 +158,34 @@ mod tests {
     fn now_is_rfc3339_in_seconds() {
         let now = now();
         assert!(now.ends_with('Z') && !now.contains('.'), "{now}");
+    }
+
+    #[test]
+    fn conditions_stored_without_message_or_transition_time_are_completed() {
+        let mut conditions = vec![Condition {
+            type_: "Other".into(),
+            status: TRUE.into(),
+            reason: Some("Fine".into()),
+            ..Condition::default()
+        }];
+        let ready = condition("Ready", TRUE, "Ready", "", Some(1));
+        assert!(set_condition(
+            &mut conditions,
+            ready.clone(),
+            "2026-01-01T00:00:00Z"
+        ));
+        for c in &conditions {
+            assert_eq!(c.message.as_deref(), Some(""), "{c:?}");
+            assert_eq!(
+                c.last_transition_time.as_deref(),
+                Some("2026-01-01T00:00:00Z")
+            );
+        }
+        // Complete, the same condition again changes nothing.
+        assert!(!set_condition(
+            &mut conditions,
+            ready,
+            "2026-01-01T00:05:00Z"
+        ));
     }
 }

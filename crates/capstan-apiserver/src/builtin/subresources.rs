@@ -499,7 +499,8 @@ async fn token(
         .ok_or_else(|| request.not_found(&name))?;
     let account = handlers::stored_value(&current)?;
     let namespace = request.path.namespace.as_deref().unwrap_or_default();
-    let spec = super::tokens::TokenSpec::from_request(&token_request)
+    let issuer = state.token_issuer();
+    let spec = super::tokens::TokenSpec::from_request(&token_request, &issuer)
         .map_err(|e| ApiError::BadRequest(e.to_string()))?;
     // A bound token names an object of the same namespace that exists (with the uid given, if
     // any); it is valid only while that object does.
@@ -538,6 +539,7 @@ async fn token(
     };
     let issued = super::tokens::issue_at(
         &state.service_account_key(),
+        &issuer,
         namespace,
         &name,
         account["metadata"]["uid"].as_str().unwrap_or_default(),

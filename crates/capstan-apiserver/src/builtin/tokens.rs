@@ -9,6 +9,9 @@
 //! verify tokens without asking the server. [`verify_at`] checks the signature, issuer, audience
 //! and validity window; that the ServiceAccount (and a bound object) still exists with the uid the
 //! token names is checked by [`crate::authn`] against the store.
+//!
+//! Who issues the tokens and which audiences the server accepts for its own authentication are
+//! kube-apiserver's `--service-account-issuer` and `--api-audiences` ([`TokenIssuer`]).
 
 use base64::Engine;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
@@ -18,9 +21,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 
-/// The issuer (`iss`) of every token, kubeadm's default `--service-account-issuer`; also the
-/// audience a token gets when its request names none, and the one this server accepts.
-pub const ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
+/// The issuer (`iss`) of tokens unless configured otherwise: kubeadm's default
+/// `--service-account-issuer`, and then also the one API audience.
+pub const DEFAULT_ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
 
 /// Default and bounds of `spec.expirationSeconds`, as kube-apiserver has them.
 const DEFAULT_SECONDS: i64 = 3600;
@@ -62,6 +65,85 @@ pub enum TokenError {
     Generate,
     #[error("signing a token failed")]
     Sign,
+    #[error(
+        "service account issuer {0:?}: must be a non-empty identifier without whitespace, and a URL (scheme://host) when it contains a colon"
+    )]
+    BadIssuer(String),
+    #[error("API audience {0:?}: must be non-empty and without whitespace")]
+    BadAudience(String),
+}
+
+/// Who issues ServiceAccount tokens and for whom the server accepts them: kube-apiserver's
+/// `--service-account-issuer` (the `iss` of every token, the only one accepted, and what
+/// `/.well-known/openid-configuration` names) and `--api-audiences` (what a token must be for,
+/// one of them at least, to authenticate to this server; what a TokenRequest or TokenReview
+/// naming no audience gets).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TokenIssuer {
+    issuer: String,
+    api_audiences: Vec<String>,
+}
+
+impl Default for TokenIssuer {
+    fn default() -> Self {
+        Self {
+            issuer: DEFAULT_ISSUER.to_owned(),
+            api_audiences: vec![DEFAULT_ISSUER.to_owned()],
+        }
+    }
+}
+
+impl TokenIssuer {
+    /// `issuer` with `api_audiences`, or, when none are given, the issuer as the one API audience
+    /// (as kube-apiserver defaults `--api-audiences`). Neither may be empty or hold whitespace, and
+    /// an issuer containing a colon must be a URL (`scheme://…`), as relying parties read it.
+    pub fn new(issuer: &str, api_audiences: &[String]) -> Result<Self, TokenError> {
+        let plain = |s: &str| !s.is_empty() && !s.chars().any(char::is_whitespace);
+        let url_like = |s: &str| {
+            s.split_once("://")
+                .is_some_and(|(scheme, rest)| !scheme.is_empty() && !rest.is_empty())
+        };
+        if !plain(issuer) || (issuer.contains(':') && !url_like(issuer)) {
+            return Err(TokenError::BadIssuer(issuer.to_owned()));
+        }
+        if let Some(bad) = api_audiences.iter().find(|a| !plain(a)) {
+            return Err(TokenError::BadAudience(bad.clone()));
+        }
+        let mut audiences: Vec<String> = Vec::new();
+        for audience in api_audiences {
+            if !audiences.contains(audience) {
+                audiences.push(audience.clone());
+            }
+        }
+        if audiences.is_empty() {
+            audiences.push(issuer.to_owned());
+        }
+        Ok(Self {
+            issuer: issuer.to_owned(),
+            api_audiences: audiences,
+        })
+    }
+
+    /// The `iss` of every token this server issues and accepts.
+    pub fn issuer(&self) -> &str {
+        &self.issuer
+    }
+
+    /// The audiences this server accepts for its own authentication.
+    pub fn api_audiences(&self) -> &[String] {
+        &self.api_audiences
+    }
+
+    /// `/.well-known/openid-configuration`, as kube-apiserver serves it.
+    pub fn openid_configuration(&self) -> Value {
+        json!({
+            "issuer": self.issuer,
+            "jwks_uri": format!("{}/openid/v1/jwks", self.issuer.trim_end_matches('/')),
+            "response_types_supported": ["id_token"],
+            "subject_types_supported": ["public"],
+            "id_token_signing_alg_values_supported": ["ES256"],
+        })
+    }
 }
 
 fn b64() -> base64::engine::GeneralPurpose {
@@ -193,17 +275,6 @@ fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
-/// `/.well-known/openid-configuration`, as kube-apiserver serves it.
-pub fn openid_configuration() -> Value {
-    json!({
-        "issuer": ISSUER,
-        "jwks_uri": format!("{ISSUER}/openid/v1/jwks"),
-        "response_types_supported": ["id_token"],
-        "subject_types_supported": ["public"],
-        "id_token_signing_alg_values_supported": ["ES256"],
-    })
-}
-
 /// An object a token is bound to: it is valid only while the object exists with this uid.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BoundObject {
@@ -251,7 +322,8 @@ pub struct TokenSpec {
 }
 
 impl TokenSpec {
-    pub fn from_request(request: &Value) -> Result<Self, TokenError> {
+    /// The request's spec; a request naming no audience gets `issuer`'s API audiences.
+    pub fn from_request(request: &Value, issuer: &TokenIssuer) -> Result<Self, TokenError> {
         let seconds = request["spec"]["expirationSeconds"]
             .as_i64()
             .unwrap_or(DEFAULT_SECONDS);
@@ -284,7 +356,7 @@ impl TokenSpec {
         };
         Ok(Self {
             audiences: if audiences.is_empty() {
-                vec![ISSUER.to_owned()]
+                issuer.api_audiences.clone()
             } else {
                 audiences
             },
@@ -294,11 +366,13 @@ impl TokenSpec {
     }
 }
 
-/// Issues a token for ServiceAccount `namespace/name` (uid `uid`), bound to `bound` (the object's
-/// kind, name and uid) if given, at `now` (seconds since the epoch); answers the completed
-/// TokenRequest.
+/// Issues a token of `issuer` for ServiceAccount `namespace/name` (uid `uid`), bound to `bound`
+/// (the object's kind, name and uid) if given, at `now` (seconds since the epoch); answers the
+/// completed TokenRequest.
+#[allow(clippy::too_many_arguments)]
 pub fn issue_at(
     key: &SigningKey,
+    issuer: &TokenIssuer,
     namespace: &str,
     name: &str,
     uid: &str,
@@ -312,7 +386,7 @@ pub fn issue_at(
         uid: u.to_owned(),
     };
     let claims = Claims {
-        iss: ISSUER.to_owned(),
+        iss: issuer.issuer.clone(),
         sub: format!("system:serviceaccount:{namespace}:{name}"),
         aud: spec.audiences.clone(),
         exp: expires,
@@ -381,11 +455,12 @@ pub fn looks_like_jwt(token: &str) -> bool {
     parts.len() == 3 && parts.iter().take(2).all(|p| p.starts_with("ey"))
 }
 
-/// The claims of `token` if `key` signed it, its issuer is [`ISSUER`], it is valid at `now`
+/// The claims of `token` if `key` signed it, its issuer is `issuer`'s, it is valid at `now`
 /// (seconds since the epoch, within [`LEEWAY_SECONDS`]) and one of its audiences is in
 /// `audiences`.
 pub fn verify_at(
     key: &SigningKey,
+    issuer: &TokenIssuer,
     token: &str,
     audiences: &[String],
     now: i64,
@@ -399,7 +474,7 @@ pub fn verify_at(
     let claims = jsonwebtoken::decode::<Claims>(token, &key.decoding, &validation)
         .map_err(|_| Invalid::Signature)?
         .claims;
-    if claims.iss != ISSUER {
+    if claims.iss != issuer.issuer {
         return Err(Invalid::Issuer);
     }
     if claims.exp + LEEWAY_SECONDS <= now {
@@ -421,11 +496,6 @@ pub fn verify_at(
     Ok(claims)
 }
 
-/// The audiences this server accepts for its own authentication.
-pub fn api_audiences() -> Vec<String> {
-    vec![ISSUER.to_owned()]
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -434,7 +504,7 @@ mod tests {
     const NOW: i64 = 1_800_000_000;
 
     fn spec(request: Value) -> TokenSpec {
-        TokenSpec::from_request(&request).unwrap()
+        TokenSpec::from_request(&request, &TokenIssuer::default()).unwrap()
     }
 
     fn token_of(issued: &Value) -> String {
@@ -446,6 +516,7 @@ mod tests {
         let key = SigningKey::generate().unwrap();
         let issued = issue_at(
             &key,
+            &TokenIssuer::default(),
             "kube-system",
             "cilium",
             "u1",
@@ -458,9 +529,16 @@ mod tests {
         let header = jsonwebtoken::decode_header(&token).unwrap();
         assert_eq!(header.alg, Algorithm::ES256);
         assert_eq!(header.kid.as_deref(), Some(key.kid()));
-        let claims = verify_at(&key, &token, &api_audiences(), NOW).unwrap();
+        let claims = verify_at(
+            &key,
+            &TokenIssuer::default(),
+            &token,
+            TokenIssuer::default().api_audiences(),
+            NOW,
+        )
+        .unwrap();
         assert_eq!(claims.sub, "system:serviceaccount:kube-system:cilium");
-        assert_eq!(claims.aud, [ISSUER]);
+        assert_eq!(claims.aud, [DEFAULT_ISSUER]);
         assert_eq!((claims.iat, claims.nbf, claims.exp), (NOW, NOW, NOW + 3600));
         assert_eq!(claims.kubernetes.serviceaccount.uid, "u1");
         assert_eq!(claims.kubernetes.pod.as_ref().unwrap().uid, "pod-uid");
@@ -478,6 +556,7 @@ mod tests {
         let key = SigningKey::generate().unwrap();
         let issued = issue_at(
             &key,
+            &TokenIssuer::default(),
             "team-a",
             "bot",
             "u1",
@@ -488,24 +567,51 @@ mod tests {
         .unwrap();
         let token = token_of(&issued);
         let vault = vec!["vault".to_owned()];
-        assert!(verify_at(&key, &token, &vault, NOW).is_ok());
+        assert!(verify_at(&key, &TokenIssuer::default(), &token, &vault, NOW).is_ok());
         // Valid until its expiry (and kube-apiserver's leeway), not a second longer.
-        assert!(verify_at(&key, &token, &vault, NOW + 600 + LEEWAY_SECONDS - 1).is_ok());
+        assert!(
+            verify_at(
+                &key,
+                &TokenIssuer::default(),
+                &token,
+                &vault,
+                NOW + 600 + LEEWAY_SECONDS - 1
+            )
+            .is_ok()
+        );
         assert_eq!(
-            verify_at(&key, &token, &vault, NOW + 600 + LEEWAY_SECONDS),
+            verify_at(
+                &key,
+                &TokenIssuer::default(),
+                &token,
+                &vault,
+                NOW + 600 + LEEWAY_SECONDS
+            ),
             Err(Invalid::Expired)
         );
         assert_eq!(
-            verify_at(&key, &token, &vault, NOW - LEEWAY_SECONDS - 1),
+            verify_at(
+                &key,
+                &TokenIssuer::default(),
+                &token,
+                &vault,
+                NOW - LEEWAY_SECONDS - 1
+            ),
             Err(Invalid::NotYetValid)
         );
         assert_eq!(
-            verify_at(&key, &token, &api_audiences(), NOW),
+            verify_at(
+                &key,
+                &TokenIssuer::default(),
+                &token,
+                TokenIssuer::default().api_audiences(),
+                NOW
+            ),
             Err(Invalid::Audience)
         );
         let other = SigningKey::generate().unwrap();
         assert_eq!(
-            verify_at(&other, &token, &vault, NOW),
+            verify_at(&other, &TokenIssuer::default(), &token, &vault, NOW),
             Err(Invalid::Signature)
         );
         // Another payload under the same signature.
@@ -520,16 +626,20 @@ mod tests {
             parts[2]
         );
         assert_eq!(
-            verify_at(&key, &forged, &vault, NOW),
+            verify_at(&key, &TokenIssuer::default(), &forged, &vault, NOW),
             Err(Invalid::Signature)
         );
         assert!(matches!(
-            TokenSpec::from_request(&json!({"spec": {"expirationSeconds": 60}})),
+            TokenSpec::from_request(
+                &json!({"spec": {"expirationSeconds": 60}}),
+                &TokenIssuer::default()
+            ),
             Err(TokenError::TooShort(60))
         ));
         assert!(matches!(
             TokenSpec::from_request(
-                &json!({"spec": {"boundObjectRef": {"kind": "Node", "name": "n"}}})
+                &json!({"spec": {"boundObjectRef": {"kind": "Node", "name": "n"}}}),
+                &TokenIssuer::default()
             ),
             Err(TokenError::BoundKind(_))
         ));
@@ -537,6 +647,50 @@ mod tests {
             spec(json!({"spec": {"expirationSeconds": 999_999}})).seconds,
             MAX_SECONDS
         );
+    }
+
+    #[test]
+    fn tokens_carry_the_configured_issuer_and_default_to_the_api_audiences() {
+        let key = SigningKey::generate().unwrap();
+        let issuer = TokenIssuer::new(
+            "https://issuer.example.test",
+            &["api-a".to_owned(), "api-b".to_owned(), "api-a".to_owned()],
+        )
+        .unwrap();
+        assert_eq!(issuer.api_audiences(), ["api-a", "api-b"]);
+        let issued = issue_at(&key, &issuer, "a", "b", "c", &spec_of(&issuer), None, NOW).unwrap();
+        let token = token_of(&issued);
+        let claims = verify_at(&key, &issuer, &token, issuer.api_audiences(), NOW).unwrap();
+        assert_eq!(claims.iss, "https://issuer.example.test");
+        assert_eq!(claims.aud, ["api-a", "api-b"]);
+        // Another issuer's token is refused even with the same key and audience.
+        let default = TokenIssuer::default();
+        assert_eq!(
+            verify_at(&key, &default, &token, issuer.api_audiences(), NOW),
+            Err(Invalid::Issuer)
+        );
+        assert_eq!(
+            issuer.openid_configuration()["jwks_uri"],
+            "https://issuer.example.test/openid/v1/jwks"
+        );
+        // Without audiences, the issuer is the API audience.
+        let alone = TokenIssuer::new("https://issuer.example.test", &[]).unwrap();
+        assert_eq!(alone.api_audiences(), ["https://issuer.example.test"]);
+        assert!(TokenIssuer::new("plain-identifier", &[]).is_ok());
+        for bad in ["", "https://", "a b", "host:6443"] {
+            assert!(
+                matches!(TokenIssuer::new(bad, &[]), Err(TokenError::BadIssuer(_))),
+                "{bad:?}"
+            );
+        }
+        assert!(matches!(
+            TokenIssuer::new("https://x", &[String::new()]),
+            Err(TokenError::BadAudience(_))
+        ));
+    }
+
+    fn spec_of(issuer: &TokenIssuer) -> TokenSpec {
+        TokenSpec::from_request(&json!({}), issuer).unwrap()
     }
 
     #[test]
@@ -551,8 +705,27 @@ mod tests {
         assert_eq!(first.kid(), again.kid());
         assert_eq!(first.jwks(), again.jwks());
         assert!(!format!("{again:?}").contains("PRIVATE"));
-        let issued = issue_at(&first, "a", "b", "c", &spec(json!({})), None, NOW).unwrap();
-        assert!(verify_at(&again, &token_of(&issued), &api_audiences(), NOW).is_ok());
+        let issued = issue_at(
+            &first,
+            &TokenIssuer::default(),
+            "a",
+            "b",
+            "c",
+            &spec(json!({})),
+            None,
+            NOW,
+        )
+        .unwrap();
+        assert!(
+            verify_at(
+                &again,
+                &TokenIssuer::default(),
+                &token_of(&issued),
+                TokenIssuer::default().api_audiences(),
+                NOW
+            )
+            .is_ok()
+        );
         std::fs::write(&path, "not a key").unwrap();
         assert!(matches!(
             SigningKey::load_or_create(dir.path()),

@@ -752,24 +752,15 @@ fn differences(ours: &Value, theirs: &Value, path: &str, out: &mut Vec<String>) 
     }
 }
 
-/// Differences from upstream kept on purpose (listed, with the reason, in docs/api.md), all in
-/// `status`, which capstan's controllers write: status fields the model names that upstream's
-/// version does not have, and upstream's value rules (required fields, bounds, patterns, enums,
-/// formats, defaults, nullability) in status. Status fields are still known with upstream's types,
-/// list and map types; nothing a user writes (`spec`) differs.
+/// Differences from upstream kept on purpose (listed, with the reason, in docs/api.md): status
+/// fields the model names that upstream's version of the kind does not have (the other API
+/// version's, carried by conversion). Every field upstream has is checked with upstream's rules,
+/// in `spec` and `status` alike.
 fn deliberate(difference: &str) -> bool {
     let Some((_, d)) = difference.split_once(" @ ") else {
         return false;
     };
-    if !d.starts_with("status") {
-        return false;
-    }
-    let value_rule = UPSTREAM_KEYWORDS
-        .iter()
-        .chain(&["nullable"])
-        .filter(|k| !STRUCTURE_KEYWORDS.contains(k))
-        .any(|k| d.contains(&format!(": {k} ")));
-    value_rule || d.ends_with(": unknown upstream") || d.ends_with(": required upstream only")
+    d.starts_with("status") && d.ends_with(": unknown upstream")
 }
 
 #[test]

@@ -27,15 +27,34 @@ pub fn start() -> Server {
 }
 
 pub fn start_with(limits: capstan_apiserver::conn::ConnectionLimits) -> Server {
-    start_configured(limits, true)
+    start_configured(limits, true, None)
 }
 
 /// A server that refuses requests without credentials (`--anonymous-auth=false`).
 pub fn start_without_anonymous() -> Server {
-    start_configured(capstan_apiserver::conn::ConnectionLimits::default(), false)
+    start_configured(
+        capstan_apiserver::conn::ConnectionLimits::default(),
+        false,
+        None,
+    )
 }
 
-fn start_configured(limits: capstan_apiserver::conn::ConnectionLimits, anonymous: bool) -> Server {
+/// A server whose ServiceAccount tokens have `issuer` and which accepts tokens for
+/// `api_audiences` (`--service-account-issuer`, `--api-audiences`).
+pub fn start_with_token_issuer(issuer: &str, api_audiences: &[&str]) -> Server {
+    let audiences: Vec<String> = api_audiences.iter().map(|a| (*a).to_owned()).collect();
+    start_configured(
+        capstan_apiserver::conn::ConnectionLimits::default(),
+        true,
+        Some(capstan_apiserver::builtin::tokens::TokenIssuer::new(issuer, &audiences).unwrap()),
+    )
+}
+
+fn start_configured(
+    limits: capstan_apiserver::conn::ConnectionLimits,
+    anonymous: bool,
+    token_issuer: Option<capstan_apiserver::builtin::tokens::TokenIssuer>,
+) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -60,6 +79,9 @@ fn start_configured(limits: capstan_apiserver::conn::ConnectionLimits, anonymous
         ))
         .unwrap();
     server.set_anonymous_auth(anonymous);
+    if let Some(issuer) = token_issuer {
+        server.set_token_issuer(issuer);
+    }
     server.set_service_account_key(
         capstan_apiserver::builtin::tokens::SigningKey::load_or_create(&pki).unwrap(),
     );

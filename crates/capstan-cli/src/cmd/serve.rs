@@ -35,6 +35,16 @@ pub struct Args {
     /// else is `403`. `--anonymous-auth=false` refuses them with `401` instead.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     anonymous_auth: bool,
+    /// The issuer of ServiceAccount tokens, as kube-apiserver's `--service-account-issuer`: the
+    /// `iss` of every token `kubectl create token` gets, the only issuer accepted, and what
+    /// `/.well-known/openid-configuration` names. A value containing a colon must be a URL.
+    #[arg(long, value_name = "URL", default_value = capstan_apiserver::builtin::tokens::DEFAULT_ISSUER)]
+    service_account_issuer: String,
+    /// The audiences of this API, comma-separated, as kube-apiserver's `--api-audiences`: a
+    /// ServiceAccount token authenticates only if it is for one of them, and a token request or
+    /// TokenReview naming no audience gets them. Default: the issuer.
+    #[arg(long, value_name = "A,B", value_delimiter = ',')]
+    api_audiences: Vec<String>,
     /// Serve the API only; run no controllers in this process.
     #[arg(long)]
     no_controllers: bool,
@@ -62,6 +72,19 @@ pub fn run(args: Args, style: &Style) -> anyhow::Result<Exit> {
 }
 
 async fn serve(args: Args, style: &Style) -> anyhow::Result<Exit> {
+    let token_issuer = match capstan_apiserver::builtin::tokens::TokenIssuer::new(
+        &args.service_account_issuer,
+        &args.api_audiences,
+    ) {
+        Ok(issuer) => issuer,
+        Err(err) => {
+            eprintln!(
+                "{} --service-account-issuer/--api-audiences: {err}",
+                style.error("error:")
+            );
+            return Ok(Exit::Invalid);
+        }
+    };
     let data_dir = args
         .data_dir
         .unwrap_or_else(crate::client::default_data_dir);
@@ -101,6 +124,7 @@ async fn serve(args: Args, style: &Style) -> anyhow::Result<Exit> {
     .await
     .context("starting the API")?;
     server.set_anonymous_auth(args.anonymous_auth);
+    server.set_token_issuer(token_issuer);
     server.set_service_account_key(
         capstan_apiserver::builtin::tokens::SigningKey::load_or_create(&pki)
             .context("preparing the ServiceAccount signing key")?,
