@@ -12,10 +12,11 @@
 //! - [`Strictness::Own`] (the KVM kinds): the model's schema is the whole contract.
 //! - [`Strictness::Upstream`] (everything else): the model's schema is completed with the upstream
 //!   CRD's (`kind_schemas/upstream.json`: the providers' published `openAPIV3Schema` of each kind
-//!   version, reduced to its structure and validations, without descriptions or CEL rules). Every
-//!   field upstream has is added where the model does not name it, a `serde_json::Value` field takes
-//!   upstream's shape, and upstream's required fields, enums, bounds, patterns, formats, defaults,
-//!   list and map types and nullability apply — in `status`, which capstan's controllers write in
+//!   version, reduced to its structure and validations, CEL rules included, without
+//!   descriptions). Every field upstream has is added where the model does not name it, a
+//!   `serde_json::Value` field takes upstream's shape, and upstream's required fields, enums,
+//!   bounds, patterns, formats, defaults, CEL rules (`x-kubernetes-validations`), list and map
+//!   types and nullability apply — in `status`, which capstan's controllers write in
 //!   the model's shape, only upstream's fields, types, list and map types (see `Part`). The
 //!   model's types and descriptions win where both say something (a test fails when they
 //!   disagree), so `kubectl explain` prints the model's documentation.
@@ -288,6 +289,7 @@ const UPSTREAM_KEYWORDS: &[&str] = &[
     "x-kubernetes-list-map-keys",
     "x-kubernetes-map-type",
     "x-kubernetes-embedded-resource",
+    "x-kubernetes-validations",
 ];
 
 /// Which part of an object a node is in: what users write, or what controllers report.
