@@ -425,8 +425,8 @@ fn estimated_cost(expression: &Expression, largest: u64) -> u64 {
     children.saturating_add(1)
 }
 
-/// The number of entries of the largest list or map in `value`, and the length of its longest
-/// list literal-free string (strings count as lists of characters for `matches` and the like).
+/// The number of entries of the largest list or map in `value`: the most any macro over it (or
+/// over a list made from it) iterates.
 fn largest_collection(value: &Value) -> u64 {
     let own = match value {
         Value::Array(items) => items.len(),
@@ -649,6 +649,18 @@ fn has_schema_type(schema: &Schema, value: &Value) -> bool {
     }
 }
 
+/// Evaluates one expression; a panic inside the interpreter is an evaluation error, never a crash
+/// of the request.
+fn resolve(context: &Context<'_>, expression: &Expression) -> Result<CelValue, ExecutionError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| context.resolve(expression)))
+        .unwrap_or_else(|_| {
+            Err(ExecutionError::function_error(
+                "evaluation",
+                "the interpreter failed",
+            ))
+        })
+}
+
 /// Evaluates every rule that applies to `value` (with `old`, the stored value on update).
 pub(crate) struct Evaluator<'r> {
     remaining: u64,
@@ -783,7 +795,7 @@ impl<'r> Evaluator<'r> {
             let mut context = root_context().new_inner_scope();
             context.add_variable_from_value("self", this.clone());
             context.add_variable_from_value("oldSelf", previous.clone());
-            let failure = match context.resolve(&compiled.rule) {
+            let failure = match resolve(&context, &compiled.rule) {
                 Ok(CelValue::Bool(true)) => continue,
                 Ok(CelValue::Bool(false)) => None,
                 Ok(other) => Some(format!(
@@ -813,7 +825,7 @@ impl<'r> Evaluator<'r> {
                 None => compiled
                     .message
                     .as_ref()
-                    .and_then(|m| match context.resolve(m) {
+                    .and_then(|m| match resolve(&context, m) {
                         Ok(CelValue::String(s)) if !s.trim().is_empty() && !s.contains('\n') => {
                             Some(s.as_str().to_owned())
                         }
