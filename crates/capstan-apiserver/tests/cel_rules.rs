@@ -625,3 +625,40 @@ fn kubectl_apply_shows_upstreams_messages() {
         "{stderr}"
     );
 }
+
+/// `capstan serve --crds` installs definitions without the API: the same rule check applies.
+#[test]
+fn installing_a_crd_whose_rule_does_not_compile_fails() {
+    use capstan_apiserver::{ApiServer, Auth, ServerError};
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let store = capstan_store::Store::open(
+        &dir.path().join("state.db"),
+        capstan_store::StoreOptions::default(),
+    )
+    .unwrap();
+    let server = runtime
+        .block_on(ApiServer::new(
+            store,
+            std::sync::Arc::new(capstan_apiserver::conversion::ModelConverter),
+            Auth { tokens: Vec::new() },
+        ))
+        .unwrap();
+    let mut crd: Value = serde_json::from_str(WIDGETS).unwrap();
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["class"]
+        ["x-kubernetes-validations"][0]["rule"] = json!("self.nosuch() == 1");
+    let error = runtime.block_on(server.install_crd(crd)).unwrap_err();
+    assert!(
+        matches!(error, ServerError::InvalidRule { .. }),
+        "{error:?}"
+    );
+    assert_eq!(
+        error.to_string(),
+        "CustomResourceDefinition widgets.example.com: the rule \"self.nosuch() == 1\" at version v1 openAPIV3Schema.properties[spec].properties[class].x-kubernetes-validations[0].rule"
+    );
+    let good: Value = serde_json::from_str(WIDGETS).unwrap();
+    runtime.block_on(server.install_crd(good)).unwrap();
+}
