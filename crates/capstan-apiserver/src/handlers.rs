@@ -297,9 +297,13 @@ pub(crate) fn parse_body(headers: &HeaderMap, body: &Bytes) -> Result<Value, Api
 /// Checks `apiVersion`/`kind` against the URL, applies schema defaults, enforces `fieldValidation`
 /// (Strict: unknown fields are an error; Warn, the default: a warning; Ignore: silently dropped), and
 /// validates against the schema of the requested version.
+/// Prepares a written object for storage: apiVersion and kind, metadata normalisation, defaults,
+/// pruning and validation against the served schema — CEL rules included, with `old` (the stored
+/// object in the requested version, on update) for transition rules.
 fn admit(
     request: &Request,
     object: &mut Value,
+    old: Option<&Value>,
     warnings: &mut Vec<String>,
 ) -> Result<(), ApiError> {
     let expected = request.served.api_version();
@@ -371,7 +375,7 @@ fn admit(
         }
         *object = pruned;
     }
-    let violations = capstan_schema::validate(schema, object);
+    let violations = capstan_schema::validate_update(schema, object, old).violations;
     if violations.is_empty() {
         return Ok(());
     }
@@ -406,6 +410,15 @@ fn schema_cause(violation: &capstan_schema::Violation) -> Cause {
         ViolationKind::Required => ("FieldValueRequired", "Required value".to_owned()),
         ViolationKind::Enum => ("FieldValueNotSupported", violation.message.clone()),
         ViolationKind::Duplicate => ("FieldValueDuplicate", violation.message.clone()),
+        ViolationKind::Rule(reason) => (
+            match reason {
+                capstan_schema::RuleReason::Invalid => "FieldValueInvalid",
+                capstan_schema::RuleReason::Forbidden => "FieldValueForbidden",
+                capstan_schema::RuleReason::Required => "FieldValueRequired",
+                capstan_schema::RuleReason::Duplicate => "FieldValueDuplicate",
+            },
+            violation.message.clone(),
+        ),
         _ => ("FieldValueInvalid", violation.message.clone()),
     };
     Cause {
@@ -1124,6 +1137,57 @@ fn crd_invalid(object: &Value, field: &str, message: String) -> ApiError {
     }
 }
 
+/// Every CEL rule of every version's schema must compile, as kube-apiserver requires: a definition
+/// with one that does not is refused, each such rule named by its field.
+fn check_rules_compile(object: &Value, crd: &capstan_schema::CrdInfo) -> Result<(), ApiError> {
+    let mut causes = Vec::new();
+    for version in &crd.versions {
+        let Some(schema) = &version.schema else {
+            continue;
+        };
+        let index = object["spec"]["versions"]
+            .as_array()
+            .and_then(|versions| {
+                versions
+                    .iter()
+                    .position(|v| v["name"].as_str() == Some(version.name.as_str()))
+            })
+            .unwrap_or_default();
+        for invalid in capstan_schema::rule_errors(schema) {
+            causes.push(Cause {
+                reason: "FieldValueInvalid".into(),
+                message: format!("Invalid value: {:?}: {}", invalid.rule, invalid.error),
+                field: format!(
+                    "spec.versions[{index}].schema.openAPIV3Schema.{}",
+                    invalid.place
+                ),
+            });
+        }
+    }
+    if causes.is_empty() {
+        return Ok(());
+    }
+    let mut summary: Vec<String> = causes
+        .iter()
+        .map(|c| format!("{}: {}", c.field, c.message))
+        .collect();
+    let summary = if summary.len() == 1 {
+        summary.remove(0)
+    } else {
+        format!("[{}]", summary.join(", "))
+    };
+    Err(ApiError::Invalid {
+        group: "apiextensions.k8s.io".into(),
+        kind: "CustomResourceDefinition".into(),
+        name: object["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+        summary,
+        causes,
+    })
+}
+
 /// Prepares a CustomResourceDefinition for storage: it must parse, name a group as Kubernetes
 /// requires (a domain; its protected groups only with the approval annotation), and not redefine
 /// one of Kubernetes' own resources; it is then marked accepted.
@@ -1178,6 +1242,7 @@ fn admit_crd(object: &mut Value) -> Result<capstan_schema::CrdInfo, ApiError> {
         summary: e.to_string(),
         causes: Vec::new(),
     })?;
+    check_rules_compile(object, &crd)?;
     let now = lifecycle::now();
     if let Some(obj) = object.as_object_mut() {
         obj.insert(
@@ -1229,8 +1294,13 @@ async fn check_stored_objects(
             )),
             Some(served) => {
                 if let Some(schema) = &served.schema {
+                    // CEL rules are left out: a value stored before a rule existed stays
+                    // writable while unchanged (validation ratcheting), as with kube-apiserver.
                     let violations = capstan_schema::validate(schema, &object);
-                    if let Some(first) = violations.first() {
+                    if let Some(first) = violations
+                        .iter()
+                        .find(|v| !matches!(v.kind, capstan_schema::ViolationKind::Rule(_)))
+                    {
                         problems.push(format!(
                             "{where_} would be invalid: {}: {}",
                             first.path, first.message
@@ -1331,7 +1401,7 @@ async fn create_once(
     applied: Option<Vec<managed::Entry>>,
 ) -> Result<(StatusCode, Value, Vec<String>), ApiError> {
     let mut warnings = Vec::new();
-    admit(request, &mut object, &mut warnings)?;
+    admit(request, &mut object, None, &mut warnings)?;
     let name = lifecycle::prepare_create(
         &mut object,
         request.path.namespace.as_deref(),
@@ -1438,7 +1508,9 @@ async fn write_owned(
             new["metadata"]["name"].as_str().unwrap_or_default()
         )));
     }
-    admit(request, &mut new, warnings)?;
+    let old = stored_value(current)?;
+    let live = request.to_requested(state, old.clone())?;
+    admit(request, &mut new, Some(&live), warnings)?;
     let scope = if request.path.subresource.as_deref() == Some("status") {
         WriteScope::Status
     } else {
@@ -1446,7 +1518,6 @@ async fn write_owned(
             status_subresource: request.served.has_status(),
         }
     };
-    let old = stored_value(current)?;
     let crd = if is_crd(request) && scope != WriteScope::Status {
         Some(admit_crd(&mut new)?)
     } else {
@@ -1455,7 +1526,6 @@ async fn write_owned(
     let entries = match ownership {
         Ownership::Applied(entries) => entries,
         Ownership::Track => {
-            let live = request.to_requested(state, old.clone())?;
             let start = starting_entries(request, &live, &new);
             let manager = request.field_manager();
             with_context(state, request, |ctx| {

@@ -12,13 +12,14 @@
 //! - [`Strictness::Own`] (the KVM kinds): the model's schema is the whole contract.
 //! - [`Strictness::Upstream`] (everything else): the model's schema is completed with the upstream
 //!   CRD's (`kind_schemas/upstream.json`: the providers' published `openAPIV3Schema` of each kind
-//!   version, reduced to its structure and validations, without descriptions or CEL rules). Every
-//!   field upstream has is added where the model does not name it, a `serde_json::Value` field takes
-//!   upstream's shape, and upstream's required fields, enums, bounds, patterns, formats, defaults,
-//!   list and map types and nullability apply, in `status` as in `spec` (status fields the model
-//!   names for the other API version are kept, see `Part`). The model's types and descriptions
-//!   win where both say something (a test fails when they disagree), so `kubectl explain` prints
-//!   the model's documentation.
+//!   version, reduced to its structure and validations, CEL rules included, without
+//!   descriptions). Every field upstream has is added where the model does not name it, a
+//!   `serde_json::Value` field takes upstream's shape, and upstream's required fields, enums,
+//!   bounds, patterns, formats, defaults, CEL rules (`x-kubernetes-validations`), list and map
+//!   types and nullability apply, in `status` as in `spec` (status fields the model names for the
+//!   other API version are kept, see `Part`). The model's types and descriptions win where both
+//!   say something (a test fails when they disagree), so `kubectl explain` prints the model's
+//!   documentation.
 //!
 //! Either way objects are closed below the root except where upstream (or, for the KVM kinds, the
 //! model) keeps unknown fields, so an unknown field is pruned, or refused with
@@ -288,6 +289,7 @@ const UPSTREAM_KEYWORDS: &[&str] = &[
     "x-kubernetes-list-map-keys",
     "x-kubernetes-map-type",
     "x-kubernetes-embedded-resource",
+    "x-kubernetes-validations",
 ];
 
 /// Which part of an object a node is in: what users write, or what controllers report.

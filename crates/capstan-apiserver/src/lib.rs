@@ -94,6 +94,14 @@ pub enum ServerError {
         name: String,
         source: capstan_schema::CrdError,
     },
+    /// A definition to install with a CEL rule that does not compile.
+    #[error("CustomResourceDefinition {name}: the rule {rule:?} at {place}")]
+    InvalidRule {
+        name: String,
+        place: String,
+        rule: String,
+        source: capstan_schema::RuleError,
+    },
     #[error("TLS")]
     Tls(#[from] tls::TlsError),
     #[error("listening")]
@@ -256,6 +264,21 @@ impl ApiServer {
                 source,
             }
         })?;
+        // As when a definition is written through the API: every rule must compile.
+        for version in &crd.versions {
+            if let Some(invalid) = version
+                .schema
+                .as_ref()
+                .and_then(|schema| capstan_schema::rule_errors(schema).into_iter().next())
+            {
+                return Err(ServerError::InvalidRule {
+                    name: crd.name.clone(),
+                    place: format!("version {} openAPIV3Schema.{}", version.name, invalid.place),
+                    rule: invalid.rule,
+                    source: invalid.error,
+                });
+            }
+        }
         let key = ObjectKey::new(
             "apiextensions.k8s.io/customresourcedefinitions",
             "",

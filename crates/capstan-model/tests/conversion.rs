@@ -1151,7 +1151,7 @@ spec:
       status: Unknown
       timeoutSeconds: 300
     unhealthyMachineConditions:
-    - type: Ready
+    - type: NodeHealthy
       status: "False"
       timeoutSeconds: 600
   remediation:
@@ -1215,9 +1215,9 @@ spec:
           name: '{{ ds.meta_data.name }}'
           kubeletExtraArgs:
           - name: node-labels
-            value: node-role.kubernetes.io/worker=
-          - name: node-labels
-            value: metal3.io/uuid={{ ds.meta_data.uuid }}
+            value: node-role.kubernetes.io/worker=,metal3.io/uuid={{ ds.meta_data.uuid }}
+          - name: provider-id
+            value: metal3://{{ ds.meta_data.providerid }}
         timeouts:
           tlsBootstrapSeconds: 90
       preKubeadmCommands:
@@ -1555,7 +1555,14 @@ fn upstream_control_plane_in_v1beta1() {
 #[test]
 fn duplicate_kubelet_args_survive_the_trip_through_a_map() {
     let objects = upstream();
-    let template = find(&objects, "KubeadmConfigTemplate");
+    // Upstream's CRD refuses a repeated name (a CEL rule), but one stored through an older
+    // definition must not be lost by conversion either.
+    let mut template = find(&objects, "KubeadmConfigTemplate").clone();
+    template["spec"]["template"]["spec"]["joinConfiguration"]["nodeRegistration"]["kubeletExtraArgs"] = json!([
+        {"name": "node-labels", "value": "node-role.kubernetes.io/worker="},
+        {"name": "node-labels", "value": "metal3.io/uuid={{ ds.meta_data.uuid }}"}
+    ]);
+    let template = &template;
     let older = convert(template.clone(), "bootstrap.cluster.x-k8s.io/v1beta1").unwrap();
     // A map keeps the last of a repeated name; the list as written is stashed.
     assert_eq!(

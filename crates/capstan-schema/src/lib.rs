@@ -8,11 +8,14 @@
 //!   callers can turn it into `file:line`.
 //! - [`apply_defaults`] and [`prune`] do structural defaulting and unknown-field pruning.
 //!
-//! CEL rules (`x-kubernetes-validations`) are carried but not evaluated; the report lists the
-//! ones that applied so that callers can say so. Nothing here panics on any schema or value.
+//! - CEL rules (`x-kubernetes-validations`) are evaluated with the object (and, on update, the
+//!   stored object for transition rules), within kube-apiserver's cost limits; [`rule_errors`]
+//!   lists the rules of a schema that do not compile, so that a definition carrying one is
+//!   refused. Nothing here panics on any schema or value.
 //!
 //! [`FieldPath`]: capstan_model::path::FieldPath
 
+mod cel;
 mod crd;
 mod defaults;
 mod format;
@@ -20,6 +23,10 @@ mod prune;
 mod schema;
 mod validate;
 
+pub use cel::{
+    CompiledCell, InvalidRule, PER_CALL_COST_LIMIT, REQUEST_COST_BUDGET, RuleError, RuleReason,
+    rule_errors,
+};
 pub use crd::{
     CRD_API_VERSION, CrdError, CrdInfo, CrdSet, CrdVersion, PrinterColumn, ScaleSubresource, Scope,
     Subresources,
@@ -32,5 +39,5 @@ pub use schema::{
 };
 pub use validate::{
     UncheckedPattern, UnevaluatedRule, ValidationReport, Violation, ViolationKind, validate,
-    validate_report,
+    validate_report, validate_update,
 };

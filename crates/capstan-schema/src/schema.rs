@@ -148,7 +148,7 @@ impl Pattern {
     }
 }
 
-/// An `x-kubernetes-validations` (CEL) rule. Rules are carried, not evaluated.
+/// An `x-kubernetes-validations` (CEL) rule, compiled on first use (see the `cel` module).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ValidationRule {
     /// The CEL expression.
@@ -161,6 +161,10 @@ pub struct ValidationRule {
     pub reason: Option<String>,
     /// The field the failure is reported on, relative to the schema node.
     pub field_path: Option<String>,
+    /// `optionalOldSelf`: a transition rule also evaluated without an old value.
+    pub optional_old_self: bool,
+    /// The compiled rule, made on first use.
+    pub compiled: crate::cel::CompiledCell,
 }
 
 /// One node of a structural schema.
@@ -517,6 +521,11 @@ impl Reader<'_> {
                     message_expression: text("messageExpression"),
                     reason: text("reason"),
                     field_path: text("fieldPath"),
+                    optional_old_self: item
+                        .get("optionalOldSelf")
+                        .and_then(Value::as_bool)
+                        .unwrap_or(false),
+                    compiled: crate::cel::CompiledCell::default(),
                 })
             })
             .collect()

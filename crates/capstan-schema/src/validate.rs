@@ -10,9 +10,11 @@
 //! Stricter than the API server in one respect: `format: int32`/`int64` ranges are enforced,
 //! because Go controllers cannot decode values outside them.
 //!
-//! CEL rules (`x-kubernetes-validations`) are not evaluated. [`validate_report`] lists every rule
-//! that applied to the value, and every `pattern` that could not be compiled, so that callers can
-//! say what was not checked instead of implying it passed.
+//! CEL rules (`x-kubernetes-validations`) are evaluated after the structural checks (see the
+//! `cel` module); [`validate_update`] gives them the stored object for transition rules.
+//! [`validate_report`] lists every rule that applied but could not be compiled, and every
+//! `pattern` that could not be compiled, so that callers can say what was not checked instead of
+//! implying it passed.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -55,6 +57,9 @@ pub enum ViolationKind {
     OneOf,
     /// `not`: the branch matched.
     Not,
+    /// An `x-kubernetes-validations` rule failed (or could not be evaluated), reported with the
+    /// rule's reason.
+    Rule(crate::cel::RuleReason),
 }
 
 /// One way a value breaks its schema.
@@ -74,7 +79,7 @@ impl fmt::Display for Violation {
     }
 }
 
-/// A CEL rule that applied to a value but was not evaluated.
+/// A CEL rule that applied to a value but was not evaluated, because it does not compile.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UnevaluatedRule {
     /// The field the rule is attached to.
@@ -99,7 +104,7 @@ pub struct UncheckedPattern {
 pub struct ValidationReport {
     /// Broken rules.
     pub violations: Vec<Violation>,
-    /// CEL rules that applied but were not evaluated.
+    /// CEL rules that applied but could not be compiled, so were not evaluated.
     pub unevaluated_rules: Vec<UnevaluatedRule>,
     /// Patterns that applied but could not be compiled.
     pub unchecked_patterns: Vec<UncheckedPattern>,
@@ -117,13 +122,28 @@ pub fn validate(schema: &Schema, value: &Value) -> Vec<Violation> {
     validate_report(schema, value).violations
 }
 
-/// Violations plus what could not be checked (CEL rules, uncompilable patterns).
+/// Violations plus what could not be checked (CEL rules, uncompilable patterns), for a value
+/// being created.
 pub fn validate_report(schema: &Schema, value: &Value) -> ValidationReport {
+    validate_update(schema, value, None)
+}
+
+/// [`validate_report`] for a value replacing `old` (the stored value, in the same version), so
+/// that transition rules (`oldSelf`) are evaluated and unchanged values are not checked again by
+/// CEL rules; `None` for a value being created.
+pub fn validate_update(schema: &Schema, value: &Value, old: Option<&Value>) -> ValidationReport {
     let mut validator = Validator {
         report: ValidationReport::default(),
     };
     validator.check(schema, value, &FieldPath::root(), Mode::Structural, true);
-    validator.report
+    let mut report = validator.report;
+    crate::cel::Evaluator::new(&mut report.violations, &mut report.unevaluated_rules).walk(
+        schema,
+        value,
+        old,
+        &FieldPath::root(),
+    );
+    report
 }
 
 /// Whether unknown fields and uncheckable rules are reported. Inside `allOf`/`anyOf`/`oneOf`/
@@ -204,16 +224,6 @@ impl Validator {
     fn check(&mut self, schema: &Schema, value: &Value, path: &FieldPath, mode: Mode, root: bool) {
         if !self.check_type(schema, value, path) || value.is_null() {
             return;
-        }
-        // The API server evaluates rules only on values of the right type, so only those count.
-        if mode == Mode::Structural {
-            self.report
-                .unevaluated_rules
-                .extend(schema.validations.iter().map(|rule| UnevaluatedRule {
-                    path: path.clone(),
-                    rule: rule.rule.clone(),
-                    message: rule.message.clone(),
-                }));
         }
         if let Some(allowed) = &schema.enum_values
             && !allowed.iter().any(|a| json_equal(a, value))
@@ -518,7 +528,8 @@ impl Validator {
                 Some(AdditionalProperties::Allowed(true)) => continue,
                 Some(AdditionalProperties::Allowed(false)) | None => {}
             }
-            if schema.embedded_resource && (name == "apiVersion" || name == "kind") {
+            // `apiVersion` and `kind` belong to every resource, declared by its schema or not.
+            if resource && (name == "apiVersion" || name == "kind") {
                 if !value.is_string() {
                     self.violation(
                         &field,
@@ -981,19 +992,26 @@ mod tests {
     }
 
     #[test]
-    fn cel_rules_are_reported_not_evaluated() {
+    fn cel_rules_are_evaluated_and_uncompilable_ones_reported() {
         let s = schema(json!({"type": "object", "properties": {
             "spec": {"type": "object", "x-kubernetes-validations": [{"rule": "self.a > 0", "message": "a must be positive"}],
                      "properties": {"a": {"type": "integer"}}},
-            "other": {"type": "object", "x-kubernetes-validations": [{"rule": "true"}]}}}));
-        let report = validate_report(&s, &json!({"spec": {"a": -1}}));
-        assert!(report.is_valid());
+            "other": {"type": "object", "x-kubernetes-validations": [{"rule": "nope.a"}]}}}));
+        let report = validate_report(&s, &json!({"spec": {"a": -1}, "other": {}}));
+        assert_eq!(
+            report.violations,
+            [Violation {
+                path: FieldPath::parse("spec"),
+                kind: ViolationKind::Rule(crate::cel::RuleReason::Invalid),
+                message: "Invalid value: \"object\": a must be positive".into()
+            }]
+        );
         assert_eq!(
             report.unevaluated_rules,
             [UnevaluatedRule {
-                path: FieldPath::parse("spec"),
-                rule: "self.a > 0".into(),
-                message: Some("a must be positive".into())
+                path: FieldPath::parse("other"),
+                rule: "nope.a".into(),
+                message: None
             }]
         );
     }

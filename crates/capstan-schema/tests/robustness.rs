@@ -194,3 +194,86 @@ proptest! {
         }));
     }
 }
+
+/// Pieces of CEL, valid and not, that arbitrary rules are made of.
+fn arb_rule() -> impl Strategy<Value = String> {
+    prop::collection::vec(
+        prop::sample::select(vec![
+            "self",
+            "oldSelf",
+            "x",
+            ".",
+            "a",
+            "size",
+            "(",
+            ")",
+            "[",
+            "]",
+            "{",
+            "}",
+            ",",
+            " ",
+            "==",
+            "!=",
+            "<",
+            "+",
+            "-",
+            "*",
+            "/",
+            "%",
+            "&&",
+            "||",
+            "!",
+            "?",
+            ":",
+            "in",
+            "has",
+            "all",
+            "exists_one",
+            "map",
+            "filter",
+            "matches",
+            "'('",
+            "'a'",
+            "0",
+            "1",
+            "-9223372036854775808",
+            "1.5",
+            "true",
+            "null",
+            "b'x'",
+            "\"",
+            "'",
+            "\\",
+            ".value()",
+            ".orValue(1)",
+            "int",
+            "string",
+            "9223372036854775807",
+            "[1,2]",
+            "{'a': 1}",
+            "self.a",
+            "self.l",
+        ]),
+        0..16,
+    )
+    .prop_map(|parts| parts.concat())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// Arbitrary rules compile or are refused, and evaluate or fail, without a panic escaping.
+    #[test]
+    fn arbitrary_cel_rules_never_panic(rule in arb_rule(), transition in any::<bool>()) {
+        let schema = Schema::from_value(&json!({"type": "object", "properties": {
+            "a": {"type": "integer"}, "l": {"type": "array", "items": {"type": "string"}}},
+            "x-kubernetes-validations": [{"rule": rule, "optionalOldSelf": transition}]}));
+        if let Ok(schema) = schema {
+            let _ = capstan_schema::rule_errors(&schema);
+            let value = json!({"a": 1, "l": ["x", "y"]});
+            let old = json!({"a": 2, "l": []});
+            let _ = capstan_schema::validate_update(&schema, &value, transition.then_some(&old));
+        }
+    }
+}

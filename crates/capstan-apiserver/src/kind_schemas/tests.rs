@@ -520,7 +520,7 @@ fn upstream_crd_schemas() -> Vec<(String, Value)> {
 }
 
 /// The keywords of an upstream schema node that `upstream.json` keeps: structure and validations
-/// (descriptions, CEL rules and the junctors of int-or-string fields are left out).
+/// (descriptions and the junctors of int-or-string fields are left out).
 const KEPT_KEYWORDS: &[&str] = &[
     "type",
     "nullable",
