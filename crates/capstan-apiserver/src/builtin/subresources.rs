@@ -212,7 +212,19 @@ async fn scale(
         let wanted = match *method {
             Method::GET => return Ok(handlers::json_response(StatusCode::OK, &before, &[])),
             Method::PUT => handlers::parse_body(&request.headers, body)?,
-            Method::PATCH => handlers::patched(request, &before, body)?,
+            // A patch is applied to the scale without its resourceVersion, so only a patch that
+            // sets one makes the write conditional: otherwise a concurrent write (a controller's
+            // status) is retried on the new version instead of answered with a conflict.
+            Method::PATCH => {
+                let mut unversioned = before.clone();
+                if let Some(meta) = unversioned
+                    .get_mut("metadata")
+                    .and_then(Value::as_object_mut)
+                {
+                    meta.remove("resourceVersion");
+                }
+                handlers::patched(request, &unversioned, body)?
+            }
             _ => return Err(ApiError::MethodNotAllowed),
         };
         let replicas = wanted["spec"]["replicas"]
