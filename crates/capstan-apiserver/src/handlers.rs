@@ -22,8 +22,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// How many times a read-modify-write retries on a conflict it caused itself (patches, unconditional
-/// updates) before answering 409.
-pub(crate) const MAX_WRITE_ATTEMPTS: usize = 8;
+/// updates) before answering 409. Each lost attempt means another write landed, so retrying always
+/// makes progress; kube-apiserver retries such writes until they land, and clients (kubectl, kube-rs,
+/// controllers) treat a 409 on a patch without a resourceVersion as a failure, not a retry. The
+/// bound only stops a pathological storm: ten writers patching one object at once under load lost
+/// eight attempts in a row.
+pub(crate) const MAX_WRITE_ATTEMPTS: usize = 128;
 
 /// One resource request, resolved.
 pub(crate) struct Request {
@@ -1265,9 +1269,11 @@ fn admit_crd(object: &mut Value) -> Result<capstan_schema::CrdInfo, ApiError> {
 const MAX_REPORTED_INCOMPATIBLE: usize = 3;
 
 /// A definition that replaces a served kind must keep what is stored readable and writable:
-/// every stored object's version is served by it and the object is valid under that version's
-/// schema. Otherwise every later write of those objects would fail, so it is refused, naming the
-/// objects and fields.
+/// every stored object's version is served by it and the object's values have that version's
+/// types. Otherwise every later write of those objects would fail (and typed readers could not
+/// decode them), so it is refused, naming the objects and fields. Value rules (enums, bounds,
+/// patterns, required fields, CEL) may tighten: a stored value that breaks one stays writable
+/// while unchanged (validation ratcheting), as with kube-apiserver.
 async fn check_stored_objects(
     state: &ApiState,
     crd: &capstan_schema::CrdInfo,
@@ -1294,12 +1300,10 @@ async fn check_stored_objects(
             )),
             Some(served) => {
                 if let Some(schema) = &served.schema {
-                    // CEL rules are left out: a value stored before a rule existed stays
-                    // writable while unchanged (validation ratcheting), as with kube-apiserver.
                     let violations = capstan_schema::validate(schema, &object);
                     if let Some(first) = violations
                         .iter()
-                        .find(|v| !matches!(v.kind, capstan_schema::ViolationKind::Rule(_)))
+                        .find(|v| v.kind == capstan_schema::ViolationKind::WrongType)
                     {
                         problems.push(format!(
                             "{where_} would be invalid: {}: {}",

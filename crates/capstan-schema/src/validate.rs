@@ -137,6 +137,11 @@ pub fn validate_update(schema: &Schema, value: &Value, old: Option<&Value>) -> V
     };
     validator.check(schema, value, &FieldPath::root(), Mode::Structural, true);
     let mut report = validator.report;
+    if let Some(old) = old {
+        report
+            .violations
+            .retain(|violation| !ratchets(violation, value, old));
+    }
     crate::cel::Evaluator::new(&mut report.violations, &mut report.unevaluated_rules).walk(
         schema,
         value,
@@ -144,6 +149,34 @@ pub fn validate_update(schema: &Schema, value: &Value, old: Option<&Value>) -> V
         &FieldPath::root(),
     );
     report
+}
+
+/// Whether an update may keep a value that breaks a value rule because it did not change
+/// (kube-apiserver's validation ratcheting): an object stored before a rule applied to it — by an
+/// earlier capstan, or before a CRD tightened its schema — stays writable, and each field is held
+/// to the rules once it is changed. A missing required field ratchets while the object that lacks
+/// it is unchanged. Types and unknown fields never ratchet (a stored object has neither wrong), and
+/// CEL rules ratchet in their own evaluation.
+fn ratchets(violation: &Violation, value: &Value, old: &Value) -> bool {
+    let unchanged = |path: &FieldPath| {
+        let before = path.lookup(old);
+        before.is_some() && before == path.lookup(value)
+    };
+    match violation.kind {
+        ViolationKind::WrongType | ViolationKind::UnknownField | ViolationKind::Rule(_) => false,
+        ViolationKind::Required => violation.path.parent().is_some_and(|p| unchanged(&p)),
+        ViolationKind::Enum
+        | ViolationKind::Pattern
+        | ViolationKind::Format
+        | ViolationKind::Range
+        | ViolationKind::Length
+        | ViolationKind::Items
+        | ViolationKind::Properties
+        | ViolationKind::Duplicate
+        | ViolationKind::AnyOf
+        | ViolationKind::OneOf
+        | ViolationKind::Not => unchanged(&violation.path),
+    }
 }
 
 /// Whether unknown fields and uncheckable rules are reported. Inside `allOf`/`anyOf`/`oneOf`/
@@ -708,6 +741,89 @@ mod tests {
     }
 
     use ViolationKind as K;
+
+    /// Validation ratcheting, case by case: (old, new, what is reported).
+    #[test]
+    fn unchanged_values_that_break_value_rules_ratchet_on_update() {
+        let schema = schema(json!({
+            "type": "object",
+            "properties": {
+                "status": {"type": "object", "properties": {
+                    "phase": {"type": "string", "enum": ["Running", "Failed"]},
+                    "conditions": {"type": "array", "items": {
+                        "type": "object",
+                        "required": ["type", "message"],
+                        "properties": {
+                            "type": {"type": "string"},
+                            "message": {"type": "string"},
+                            "reason": {"type": "string", "pattern": "^[A-Za-z]+$"},
+                        },
+                    }},
+                    "initialization": {"type": "object", "minProperties": 1,
+                        "properties": {"provisioned": {"type": "boolean"}}},
+                }},
+                "spec": {"type": "object", "properties": {"replicas": {"type": "integer", "minimum": 1}}},
+            },
+        }));
+        let stored = json!({
+            "spec": {"replicas": 0},
+            "status": {
+                "phase": "Ready",
+                "conditions": [{"type": "Ready", "reason": "not ready"}],
+                "initialization": {},
+            },
+        });
+        let report = |old: Option<&Value>, new: &Value| -> Vec<(String, ViolationKind)> {
+            validate_update(&schema, new, old)
+                .violations
+                .into_iter()
+                .map(|v| (v.path.to_string(), v.kind))
+                .collect()
+        };
+        // Created as it is: every rule applies.
+        assert_eq!(report(None, &stored).len(), 5);
+        // Updated without touching those fields (a label added): nothing to report.
+        let mut labelled = stored.clone();
+        labelled["metadata"] = json!({"labels": {"a": "b"}});
+        assert_eq!(report(Some(&stored), &labelled), []);
+        // A changed field is held to its rule again, and a changed object to its required
+        // fields; the others still ratchet.
+        let mut changed = stored.clone();
+        changed["spec"]["replicas"] = json!(-1);
+        changed["status"]["conditions"][0]["reason"] = json!("still not");
+        assert_eq!(
+            report(Some(&stored), &changed),
+            [
+                ("spec.replicas".to_owned(), K::Range),
+                ("status.conditions[0].message".to_owned(), K::Required),
+                ("status.conditions[0].reason".to_owned(), K::Pattern),
+            ]
+        );
+        // A required field ratchets only while the object lacking it is unchanged.
+        let mut edited = stored.clone();
+        edited["status"]["conditions"][0]["type"] = json!("Available");
+        assert_eq!(
+            report(Some(&stored), &edited),
+            [("status.conditions[0].message".to_owned(), K::Required)]
+        );
+        let mut added = stored.clone();
+        added["status"]["conditions"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"type": "Available"}));
+        assert_eq!(
+            report(Some(&stored), &added),
+            [("status.conditions[1].message".to_owned(), K::Required)]
+        );
+        // Types never ratchet.
+        let mut retyped = stored.clone();
+        retyped["status"]["phase"] = json!(1);
+        let old_typed_wrong = retyped.clone();
+        assert_eq!(
+            report(Some(&old_typed_wrong), &retyped),
+            [("status.phase".to_owned(), K::WrongType)]
+        );
+    }
 
     #[test]
     fn types() {
