@@ -205,7 +205,7 @@ fn owner_reference<K: Resource<DynamicType = ()>>(object: &K, controller: bool) 
 }
 
 /// A Cluster read untyped, as the typed model.
-fn typed_cluster(raw: &DynamicObject) -> Result<Cluster, BootstrapError> {
+pub(crate) fn typed_cluster(raw: &DynamicObject) -> Result<Cluster, BootstrapError> {
     let decode_error = |source| BootstrapError::DecodeCluster {
         namespace: raw.namespace().unwrap_or_default(),
         name: raw.name_any(),
