@@ -36,7 +36,7 @@ use capstan_model::meta::{Condition, LABEL_CLUSTER_NAME, LABEL_CONTROL_PLANE};
 use capstan_runtime::conditions::{self, FALSE, TRUE};
 use capstan_runtime::secrets::SecretCache;
 use capstan_runtime::tables::ObjectCaches;
-use capstan_runtime::watches::watches_cached;
+use capstan_runtime::watches::{owners_of_kind, watches_cached};
 use capstan_runtime::{Action, Context, EventType, Reconciler};
 use capstan_workload::{ClusterKey, SharedWorkloadAccess, WorkloadError};
 use k8s_openapi::ByteString;
@@ -48,7 +48,6 @@ use kube::api::{
 };
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -974,9 +973,13 @@ impl Reconciler for BootstrapController {
         client: &Client,
         objects: &ObjectCaches,
     ) -> Controller<KubeadmConfig> {
-        let controller = controller.owns(
-            Api::<ConfigMap>::all(client.clone()),
-            watcher::Config::default(),
+        // Owned ConfigMaps (the node's report) wake their config after the process's cache of
+        // ConfigMaps has recorded the change, so each pass reads the report from memory.
+        let controller = watches_cached(
+            controller,
+            client,
+            objects.typed::<ConfigMap>(),
+            |map: ConfigMap| owners_of_kind::<KubeadmConfig, _>(&map),
         );
         watches_cached(
             controller,
@@ -1111,13 +1114,14 @@ impl Reconciler for BootstrapController {
         let mut ready_condition = data_condition.clone();
         ready_condition.type_ = "Ready".into();
         // Reports of the node.
-        let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
         let report_name = report::report_object_name(&name);
-        let summary = maps
-            .get_opt(&report_name)
+        let summary = context
+            .objects()
+            .typed::<ConfigMap>()
+            .get(&namespace, &report_name)
             .await
             .map_err(api_error("reading", "ConfigMap", &namespace, &report_name))?
-            .and_then(|m| m.data)
+            .and_then(|m| m.data.clone())
             .and_then(|d| report::summarize(&d));
         let previous_bootstrap = conditions::get(&conds, report::CONDITION).cloned();
         if let Some(summary) = &summary {
