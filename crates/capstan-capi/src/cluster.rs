@@ -17,7 +17,7 @@ use capstan_model::capi::v1beta2::{
 use capstan_model::meta::{LABEL_CLUSTER_NAME, LABEL_CONTROL_PLANE};
 use capstan_runtime::conditions::{self, FALSE, TRUE};
 use capstan_runtime::patch::{self, PatchError};
-use capstan_runtime::watches::{WatchError, named_by_label, watch_related};
+use capstan_runtime::watches::{WatchError, named_by_label};
 use capstan_runtime::{Action, Cleanup, Context, Reconciler};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, PropagationPolicy};
 use kube::runtime::controller::Controller;
@@ -394,7 +394,7 @@ impl ClusterController {
         let (infra_api, infra) = match &cluster.spec.infrastructure_ref {
             Some(r) if !r.name.is_empty() => {
                 let api = Referenced::resolve(client, namespace, r).await?;
-                let object = api.get().await?;
+                let object = api.get_cached(context.objects(), cached_kinds()).await?;
                 (Some(api), object)
             }
             _ => (None, None),
@@ -402,7 +402,7 @@ impl ClusterController {
         let (cp_api, cp) = match &cluster.spec.control_plane_ref {
             Some(r) if !r.name.is_empty() => {
                 let api = Referenced::resolve(client, namespace, r).await?;
-                let object = api.get().await?;
+                let object = api.get_cached(context.objects(), cached_kinds()).await?;
                 (Some(api), object)
             }
             _ => (None, None),
@@ -454,7 +454,7 @@ impl Reconciler for ClusterController {
     }
 
     fn configure(&self, controller: Controller<Cluster>, client: &Client) -> Controller<Cluster> {
-        let mut controller = controller
+        controller
             .watches(
                 Api::<Machine>::all(client.clone()),
                 watcher::Config::default(),
@@ -469,11 +469,11 @@ impl Reconciler for ClusterController {
                 Api::<MachineSet>::all(client.clone()),
                 watcher::Config::default(),
                 |m: MachineSet| named_by_label::<Cluster, _>(&m, LABEL_CLUSTER_NAME),
-            );
-        for resource in provider_kinds(&["Metal3Cluster", "KVMCluster", "KubeadmControlPlane"]) {
-            controller = watch_related(controller, client, &resource);
-        }
-        controller
+            )
+    }
+
+    fn cached_kinds(&self) -> Vec<ApiResource> {
+        cached_kinds().to_vec()
     }
 
     async fn reconcile(
@@ -735,6 +735,13 @@ async fn delete_workers(
     )
     .await?;
     Ok(())
+}
+
+/// The provider kinds a Cluster references that its reconciles read from the process's caches (the
+/// harness wakes a Cluster when one it owns changes, after recording the change there).
+fn cached_kinds() -> &'static [ApiResource] {
+    static KINDS: std::sync::OnceLock<Vec<ApiResource>> = std::sync::OnceLock::new();
+    KINDS.get_or_init(|| provider_kinds(&["Metal3Cluster", "KVMCluster", "KubeadmControlPlane"]))
 }
 
 /// The provider kinds capstan knows by name, at their storage version, for watches.

@@ -13,6 +13,7 @@
 //! - templates: `spec.template.spec` (and `spec.template.metadata`) is what a clone gets.
 
 use capstan_model::meta::ContractVersionedObjectReference;
+use capstan_runtime::tables::ObjectCaches;
 use capstan_runtime::watches::{WatchError, resolve_kind};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{
@@ -97,6 +98,28 @@ impl Referenced {
         self.api
             .get_opt(&self.reference.name)
             .await
+            .map_err(self.error("reading", &self.reference.name))
+    }
+
+    /// The referenced object, if it exists: from the process's cache of its kind when `cached`
+    /// names the kind (a trigger of the reader records every change there before waking it), else
+    /// read live.
+    pub async fn get_cached(
+        &self,
+        objects: &ObjectCaches,
+        cached: &[ApiResource],
+    ) -> Result<Option<DynamicObject>, ContractError> {
+        let is_cached = cached
+            .iter()
+            .any(|r| r.api_version == self.resource.api_version && r.kind == self.resource.kind);
+        if !is_cached {
+            return self.get().await;
+        }
+        objects
+            .dynamic(&self.resource)
+            .get(&self.namespace, &self.reference.name)
+            .await
+            .map(|object| object.map(std::sync::Arc::unwrap_or_clone))
             .map_err(self.error("reading", &self.reference.name))
     }
 

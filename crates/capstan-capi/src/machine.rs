@@ -15,16 +15,15 @@
 use crate::MACHINE_FINALIZER;
 use crate::contract::{self, ContractError, Referenced};
 use crate::drain::{self, DrainError, DrainOutcome};
-use capstan_model::capi::v1beta2::{Cluster, Machine, MachineDeletionStatus, MachineStatus};
+use capstan_model::capi::v1beta2::{Machine, MachineDeletionStatus, MachineStatus};
 use capstan_model::meta::{LABEL_CLUSTER_NAME, LABEL_CONTROL_PLANE};
 use capstan_runtime::conditions::{self, FALSE, TRUE, UNKNOWN};
 use capstan_runtime::patch::{self, PatchError};
-use capstan_runtime::watches::watch_related;
+use capstan_runtime::tables::ObjectCaches;
 use capstan_runtime::{Action, Cleanup, Context, Reconciler};
 use capstan_workload::{ClusterKey, KubeconfigAccess, SharedWorkloadAccess, WorkloadError};
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
-use kube::runtime::controller::Controller;
+use kube::api::{Api, ApiResource, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -361,6 +360,15 @@ fn bootstrap_failure(config: &kube::api::DynamicObject) -> Option<(String, Strin
         })
 }
 
+/// The provider kinds a Machine references that its reconciles read from the process's caches (the
+/// harness wakes a Machine when one it owns changes, after recording the change there).
+fn cached_kinds() -> &'static [ApiResource] {
+    static KINDS: OnceLock<Vec<ApiResource>> = OnceLock::new();
+    KINDS.get_or_init(|| {
+        crate::cluster::provider_kinds(&["Metal3Machine", "KVMMachine", "KubeadmConfig"])
+    })
+}
+
 impl MachineController {
     /// Reads the bootstrap step; copies `dataSecretName` into the spec when the config has one.
     async fn bootstrap(
@@ -368,6 +376,7 @@ impl MachineController {
         machine: &mut Machine,
         namespace: &str,
         client: &Client,
+        objects: &ObjectCaches,
     ) -> Result<(BootstrapState, Option<(String, String)>), MachineError> {
         let spec_name = machine
             .spec
@@ -395,7 +404,7 @@ impl MachineController {
             ));
         };
         let api = Referenced::resolve(client, namespace, &reference).await?;
-        let Some(config) = api.get().await? else {
+        let Some(config) = api.get_cached(objects, cached_kinds()).await? else {
             return Ok((
                 if spec_name.is_some() {
                     BootstrapState::Ready
@@ -455,6 +464,7 @@ impl MachineController {
         machine: &mut Machine,
         namespace: &str,
         client: &Client,
+        objects: &ObjectCaches,
     ) -> Result<
         (
             InfraState,
@@ -474,7 +484,7 @@ impl MachineController {
             ));
         }
         let api = Referenced::resolve(client, namespace, reference).await?;
-        let Some(infra) = api.get().await? else {
+        let Some(infra) = api.get_cached(objects, cached_kinds()).await? else {
             return Ok((
                 InfraState::Missing(format!(
                     "{} {} does not exist",
@@ -687,11 +697,11 @@ impl MachineController {
         &self,
         machine: &Machine,
         namespace: &str,
-        client: &Client,
+        context: &Context,
     ) -> Result<bool, MachineError> {
-        let clusters: Api<Cluster> = Api::namespaced(client.clone(), namespace);
-        let cluster = clusters
-            .get_opt(&machine.spec.cluster_name)
+        let cluster = context
+            .clusters()
+            .get(namespace, &machine.spec.cluster_name)
             .await
             .map_err(|source| MachineError::Cluster {
                 namespace: namespace.to_owned(),
@@ -798,17 +808,8 @@ impl Reconciler for MachineController {
         true
     }
 
-    fn configure(
-        &self,
-        mut controller: Controller<Machine>,
-        client: &Client,
-    ) -> Controller<Machine> {
-        for resource in
-            crate::cluster::provider_kinds(&["Metal3Machine", "KVMMachine", "KubeadmConfig"])
-        {
-            controller = watch_related(controller, client, &resource);
-        }
-        controller
+    fn cached_kinds(&self) -> Vec<ApiResource> {
+        cached_kinds().to_vec()
     }
 
     async fn reconcile(
@@ -838,10 +839,12 @@ impl Reconciler for MachineController {
         // Spec writes below return the object at its new resourceVersion, which the status patch
         // is then guarded by.
         let mut current = (*machine).clone();
-        let (bootstrap, bootstrap_failure) =
-            self.bootstrap(&mut current, &namespace, &client).await?;
+        let objects = context.objects();
+        let (bootstrap, bootstrap_failure) = self
+            .bootstrap(&mut current, &namespace, &client, objects)
+            .await?;
         let (infrastructure, addresses, failure_domain, provider_id) = self
-            .infrastructure(&mut current, &namespace, &client)
+            .infrastructure(&mut current, &namespace, &client, objects)
             .await?;
         let (node, node_info) = self
             .node(&machine, &namespace, provider_id.as_deref(), &client)
@@ -878,7 +881,7 @@ impl Reconciler for MachineController {
         status.phase = Some(PHASE_DELETING.to_owned());
         let now_text = conditions::now();
         let step = self
-            .deletion_step(&machine, &namespace, &client, &mut status, &now_text)
+            .deletion_step(&machine, &namespace, &context, &mut status, &now_text)
             .await?;
         conditions::set_condition(
             &mut status.conditions,
@@ -913,7 +916,7 @@ impl MachineController {
         &self,
         machine: &Machine,
         namespace: &str,
-        client: &Client,
+        context: &Context,
         status: &mut MachineStatus,
         now_text: &str,
     ) -> Result<DeletionStep, MachineError> {
@@ -927,7 +930,8 @@ impl MachineController {
             .and_then(|r| r.get("name"))
             .and_then(Value::as_str)
             .map(str::to_owned);
-        let cluster_deleting = self.cluster_deleting(machine, namespace, client).await?;
+        let client = context.client();
+        let cluster_deleting = self.cluster_deleting(machine, namespace, context).await?;
         let key = cluster_key(machine, namespace);
         // No drain when the whole cluster goes (its workloads go with it) or when excluded.
         if let Some(node) = &node_name
@@ -962,7 +966,11 @@ impl MachineController {
         let infra_ref = &machine.spec.infrastructure_ref;
         if !infra_ref.name.is_empty() {
             let api = Referenced::resolve(client, namespace, infra_ref).await?;
-            if api.get().await?.is_some() {
+            if api
+                .get_cached(context.objects(), cached_kinds())
+                .await?
+                .is_some()
+            {
                 api.delete().await?;
                 return Ok(DeletionStep::DeletingInfrastructure);
             }
@@ -975,7 +983,11 @@ impl MachineController {
             .filter(|r| !r.name.is_empty())
         {
             let api = Referenced::resolve(client, namespace, reference).await?;
-            if api.get().await?.is_some() {
+            if api
+                .get_cached(context.objects(), cached_kinds())
+                .await?
+                .is_some()
+            {
                 api.delete().await?;
                 return Ok(DeletionStep::DeletingBootstrap);
             }

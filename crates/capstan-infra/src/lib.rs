@@ -109,6 +109,13 @@ pub enum InfraError<E: std::error::Error + 'static> {
     },
     #[error("{kind} {name} has no namespace")]
     NoNamespace { kind: String, name: String },
+    #[error("decoding {kind} {namespace}/{name}")]
+    Decode {
+        kind: &'static str,
+        namespace: String,
+        name: String,
+        source: serde_json::Error,
+    },
     #[error("provider")]
     Provider(#[source] E),
 }

@@ -24,12 +24,13 @@ use crate::{
 };
 use capstan_model::capi::v1beta2::{Cluster, Machine};
 use capstan_model::meta::Condition;
+use capstan_runtime::tables::{ObjectCaches, decode};
+use capstan_runtime::watches::watches_cached;
 use capstan_runtime::{Action, Context, Reconciler};
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::NamespaceResourceScope;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -301,19 +302,24 @@ impl<P: InfraMachineProvider> InfraMachineController<P> {
             .map_or_else(Action::await_change, Action::requeue))
     }
 
+    /// The owner Machine, from the process's cache of Machines (this controller's Machine trigger
+    /// records every change there before it wakes the machine).
     async fn owner(
         &self,
-        client: &Client,
+        context: &Context,
         machine: &P::Machine,
     ) -> InfraResult<Option<Machine>, P> {
         let Some(owner) = owner_machine_name(machine.meta()) else {
             return Ok(None);
         };
         let namespace = machine.namespace().unwrap_or_default();
-        Api::<Machine>::namespaced(client.clone(), &namespace)
-            .get_opt(&owner)
+        Ok(context
+            .objects()
+            .typed::<Machine>()
+            .get(&namespace, &owner)
             .await
-            .map_err(api_error("reading", "Machine", &namespace, &owner))
+            .map_err(api_error("reading", "Machine", &namespace, &owner))?
+            .map(Arc::unwrap_or_clone))
     }
 
     async fn reconcile_normal(
@@ -322,7 +328,6 @@ impl<P: InfraMachineProvider> InfraMachineController<P> {
         machine: &P::Machine,
         context: &Context,
     ) -> InfraResult<Action, P> {
-        let client = context.client();
         let namespace = machine.namespace().unwrap_or_default();
         let kind = Self::kind();
         if status::add_finalizer(api, machine, self.provider.finalizer())
@@ -338,7 +343,7 @@ impl<P: InfraMachineProvider> InfraMachineController<P> {
         }
         let value = serde_json::to_value(machine).unwrap_or(Value::Null);
         let already_provisioned = is_provisioned(&value);
-        let Some(owner) = self.owner(client, machine).await? else {
+        let Some(owner) = self.owner(context, machine).await? else {
             return self
                 .write_waiting(
                     api,
@@ -351,10 +356,21 @@ impl<P: InfraMachineProvider> InfraMachineController<P> {
                 .await;
         };
         let cluster_name = owner.spec.cluster_name.clone();
-        let cluster = Api::<Cluster>::namespaced(client.clone(), &namespace)
-            .get_opt(&cluster_name)
+        // From the process's table of Clusters, which the Cluster trigger updates first.
+        let cluster: Option<Cluster> = context
+            .clusters()
+            .get(&namespace, &cluster_name)
             .await
-            .map_err(api_error("reading", "Cluster", &namespace, &cluster_name))?;
+            .map_err(api_error("reading", "Cluster", &namespace, &cluster_name))?
+            .map(|raw| {
+                decode(&raw).map_err(|source| InfraError::Decode {
+                    kind: "Cluster",
+                    namespace: namespace.clone(),
+                    name: cluster_name.clone(),
+                    source,
+                })
+            })
+            .transpose()?;
         let infrastructure_ready = cluster.as_ref().is_some_and(|c| {
             c.status
                 .as_ref()
@@ -449,7 +465,7 @@ impl<P: InfraMachineProvider> InfraMachineController<P> {
         if !machine.finalizers().iter().any(|f| f == finalizer) {
             return Ok(Action::await_change());
         }
-        let owner = self.owner(context.client(), machine).await?;
+        let owner = self.owner(context, machine).await?;
         let request = ReleaseRequest {
             machine,
             owner: owner.as_ref(),
@@ -497,15 +513,17 @@ impl<P: InfraMachineProvider> Reconciler for InfraMachineController<P> {
         true
     }
 
-    fn configure(
+    fn configure_with_caches(
         &self,
         controller: Controller<Self::Object>,
         client: &Client,
+        objects: &ObjectCaches,
     ) -> Controller<Self::Object> {
         let kind = Self::kind();
-        let controller = controller.watches(
-            Api::<Machine>::all(client.clone()),
-            watcher::Config::default(),
+        let controller = watches_cached(
+            controller,
+            client,
+            objects.typed::<Machine>(),
             move |owner: Machine| {
                 let reference = &owner.spec.infrastructure_ref;
                 (reference.kind == kind && !reference.name.is_empty()).then(|| {

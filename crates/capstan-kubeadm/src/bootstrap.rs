@@ -35,6 +35,8 @@ use capstan_model::kubeadm::v1beta2::KubeadmConfig;
 use capstan_model::meta::{Condition, LABEL_CLUSTER_NAME, LABEL_CONTROL_PLANE};
 use capstan_runtime::conditions::{self, FALSE, TRUE};
 use capstan_runtime::secrets::SecretCache;
+use capstan_runtime::tables::ObjectCaches;
+use capstan_runtime::watches::{owners_of_kind, watches_cached};
 use capstan_runtime::{Action, Context, EventType, Reconciler};
 use capstan_workload::{ClusterKey, SharedWorkloadAccess, WorkloadError};
 use k8s_openapi::ByteString;
@@ -46,7 +48,6 @@ use kube::api::{
 };
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -90,6 +91,12 @@ pub enum BootstrapError {
     Render(#[from] cloudinit::CloudInitError),
     #[error("{kind} {name} has no namespace")]
     NoNamespace { kind: &'static str, name: String },
+    #[error("decoding Cluster {namespace}/{name}")]
+    DecodeCluster {
+        namespace: String,
+        name: String,
+        source: serde_json::Error,
+    },
 }
 
 pub(crate) fn api_error(
@@ -196,24 +203,39 @@ fn owner_reference<K: Resource<DynamicType = ()>>(object: &K, controller: bool) 
     }
 }
 
-/// The Machine a config bootstraps.
+/// A Cluster read untyped, as the typed model.
+pub(crate) fn typed_cluster(raw: &DynamicObject) -> Result<Cluster, BootstrapError> {
+    let decode_error = |source| BootstrapError::DecodeCluster {
+        namespace: raw.namespace().unwrap_or_default(),
+        name: raw.name_any(),
+        source,
+    };
+    serde_json::to_value(raw)
+        .and_then(serde_json::from_value)
+        .map_err(decode_error)
+}
+
+/// The Machine a config bootstraps: its owner from the process's cache of Machines (this
+/// controller's Machine trigger records every change there before it wakes the config), else the
+/// Machine of the config's cluster that names it (listed live).
 async fn find_machine(
-    client: &Client,
+    context: &Context,
     config: &KubeadmConfig,
     namespace: &str,
 ) -> Result<Option<Machine>, BootstrapError> {
-    let machines: Api<Machine> = Api::namespaced(client.clone(), namespace);
+    let machines: Api<Machine> = Api::namespaced(context.client().clone(), namespace);
     if let Some(owner) = config
         .owner_references()
         .iter()
         .find(|o| o.kind == "Machine" && o.api_version.starts_with("cluster.x-k8s.io/"))
     {
-        return machines.get_opt(&owner.name).await.map_err(api_error(
-            "reading",
-            "Machine",
-            namespace,
-            &owner.name,
-        ));
+        return Ok(context
+            .objects()
+            .typed::<Machine>()
+            .get(namespace, &owner.name)
+            .await
+            .map_err(api_error("reading", "Machine", namespace, &owner.name))?
+            .map(Arc::unwrap_or_clone));
     }
     let name = config.name_any();
     let mut params = ListParams::default();
@@ -945,32 +967,37 @@ impl Reconciler for BootstrapController {
         true
     }
 
-    fn configure(
+    fn configure_with_caches(
         &self,
         controller: Controller<KubeadmConfig>,
         client: &Client,
+        objects: &ObjectCaches,
     ) -> Controller<KubeadmConfig> {
-        controller
-            .owns(
-                Api::<ConfigMap>::all(client.clone()),
-                watcher::Config::default(),
-            )
-            .watches(
-                Api::<Machine>::all(client.clone()),
-                watcher::Config::default(),
-                |machine: Machine| {
-                    machine
-                        .spec
-                        .bootstrap
-                        .config_ref
-                        .as_ref()
-                        .filter(|r| r.kind == "KubeadmConfig")
-                        .map(|r| {
-                            ObjectRef::<KubeadmConfig>::new(&r.name)
-                                .within(machine.namespace().as_deref().unwrap_or_default())
-                        })
-                },
-            )
+        // Owned ConfigMaps (the node's report) wake their config after the process's cache of
+        // ConfigMaps has recorded the change, so each pass reads the report from memory.
+        let controller = watches_cached(
+            controller,
+            client,
+            objects.typed::<ConfigMap>(),
+            |map: ConfigMap| owners_of_kind::<KubeadmConfig, _>(&map),
+        );
+        watches_cached(
+            controller,
+            client,
+            objects.typed::<Machine>(),
+            |machine: Machine| {
+                machine
+                    .spec
+                    .bootstrap
+                    .config_ref
+                    .as_ref()
+                    .filter(|r| r.kind == "KubeadmConfig")
+                    .map(|r| {
+                        ObjectRef::<KubeadmConfig>::new(&r.name)
+                            .within(machine.namespace().as_deref().unwrap_or_default())
+                    })
+            },
+        )
     }
 
     async fn reconcile(
@@ -986,31 +1013,34 @@ impl Reconciler for BootstrapController {
                 name: name.clone(),
             })?;
         let client = context.client();
-        let raw: Api<DynamicObject> =
-            Api::namespaced_with(client.clone(), &namespace, &kubeadm_config_resource());
-        let spec = match raw.get_opt(&name).await.map_err(api_error(
-            "reading",
-            "KubeadmConfig",
-            &namespace,
-            &name,
-        ))? {
+        // The raw spec (fields the typed config does not model), at least as new as the config
+        // this reconcile was handed: from the process's cache, read live only when it is behind.
+        let spec = match context
+            .objects()
+            .dynamic(&kubeadm_config_resource())
+            .get_at_least(&namespace, &name, config.meta().resource_version.as_deref())
+            .await
+            .map_err(api_error("reading", "KubeadmConfig", &namespace, &name))?
+        {
             Some(object) => object.data.get("spec").cloned().unwrap_or(Value::Null),
             None => return Ok(Action::await_change()),
         };
-        let machine = find_machine(client, &config, &namespace).await?;
+        let machine = find_machine(&context, &config, &namespace).await?;
         let cluster = match &machine {
-            Some(machine) => {
-                let clusters: Api<Cluster> = Api::namespaced(client.clone(), &namespace);
-                clusters
-                    .get_opt(&machine.spec.cluster_name)
-                    .await
-                    .map_err(api_error(
-                        "reading",
-                        "Cluster",
-                        &namespace,
-                        &machine.spec.cluster_name,
-                    ))?
-            }
+            // From the process's table of Clusters, which this controller's Cluster trigger
+            // updates before it wakes the Cluster's configs.
+            Some(machine) => context
+                .clusters()
+                .get(&namespace, &machine.spec.cluster_name)
+                .await
+                .map_err(api_error(
+                    "reading",
+                    "Cluster",
+                    &namespace,
+                    &machine.spec.cluster_name,
+                ))?
+                .map(|raw| typed_cluster(&raw))
+                .transpose()?,
             None => None,
         };
         let mut requeue = None;
@@ -1084,13 +1114,14 @@ impl Reconciler for BootstrapController {
         let mut ready_condition = data_condition.clone();
         ready_condition.type_ = "Ready".into();
         // Reports of the node.
-        let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
         let report_name = report::report_object_name(&name);
-        let summary = maps
-            .get_opt(&report_name)
+        let summary = context
+            .objects()
+            .typed::<ConfigMap>()
+            .get(&namespace, &report_name)
             .await
             .map_err(api_error("reading", "ConfigMap", &namespace, &report_name))?
-            .and_then(|m| m.data)
+            .and_then(|m| m.data.clone())
             .and_then(|d| report::summarize(&d));
         let previous_bootstrap = conditions::get(&conds, report::CONDITION).cloned();
         if let Some(summary) = &summary {

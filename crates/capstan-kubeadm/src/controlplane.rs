@@ -431,11 +431,11 @@ impl ControlPlaneController {
 
 impl ControlPlaneController {
     async fn find_cluster(
-        client: &Client,
+        context: &Context,
         kcp: &KubeadmControlPlane,
         namespace: &str,
     ) -> Result<Option<Cluster>, BootstrapError> {
-        let clusters: Api<Cluster> = Api::namespaced(client.clone(), namespace);
+        let clusters: Api<Cluster> = Api::namespaced(context.client().clone(), namespace);
         let name = kcp.name_any();
         let references_this = |c: &Cluster| {
             c.spec
@@ -451,11 +451,14 @@ impl ControlPlaneController {
             .find(|o| o.kind == "Cluster")
             .map(|o| o.name.clone())
             .or_else(|| kcp.labels().get(LABEL_CLUSTER_NAME).cloned());
+        // From the process's table of Clusters, which the Cluster trigger updates first.
         if let Some(named) = named
-            && let Some(cluster) = clusters
-                .get_opt(&named)
+            && let Some(raw) = context
+                .clusters()
+                .get(namespace, &named)
                 .await
                 .map_err(api_error("reading", "Cluster", namespace, &named))?
+            && let cluster = crate::bootstrap::typed_cluster(&raw)?
             && references_this(&cluster)
         {
             return Ok(Some(cluster));
@@ -864,14 +867,19 @@ impl Reconciler for ControlPlaneController {
             name: name.clone(),
         })?;
         let client = context.client();
-        let raw: Api<DynamicObject> =
-            Api::namespaced_with(client.clone(), &namespace, &kcp_resource());
-        let Some(raw_kcp) = raw.get_opt(&name).await.map_err(api_error(
-            "reading",
-            "KubeadmControlPlane",
-            &namespace,
-            &name,
-        ))?
+        // The raw spec (fields the typed object does not model), at least as new as the object
+        // this reconcile was handed: from the process's cache, read live only when it is behind.
+        let Some(raw_kcp) = context
+            .objects()
+            .dynamic(&kcp_resource())
+            .get_at_least(&namespace, &name, kcp.meta().resource_version.as_deref())
+            .await
+            .map_err(api_error(
+                "reading",
+                "KubeadmControlPlane",
+                &namespace,
+                &name,
+            ))?
         else {
             return Ok(Action::await_change());
         };
@@ -881,7 +889,7 @@ impl Reconciler for ControlPlaneController {
         let current = kcp.status.clone().unwrap_or_default();
         let mut conds: Vec<Condition> = current.conditions.clone();
 
-        let Some(cluster) = Self::find_cluster(client, &kcp, &namespace).await? else {
+        let Some(cluster) = Self::find_cluster(&context, &kcp, &namespace).await? else {
             conditions::set_condition(
                 &mut conds,
                 conditions::condition(
@@ -979,6 +987,8 @@ impl Reconciler for ControlPlaneController {
             let recorded = kcp.annotations().get(ANNOTATION_KUBECONFIG_EXPIRY).cloned();
             let wanted = expires.map(rfc3339);
             if recorded != wanted {
+                let raw: Api<DynamicObject> =
+                    Api::namespaced_with(client.clone(), &namespace, &kcp_resource());
                 raw.patch(
                     &name,
                     &PatchParams::default(),

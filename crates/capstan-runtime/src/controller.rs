@@ -22,13 +22,14 @@ use crate::pauses::{
     ClusterPauses, Pause, cluster_is_paused, cluster_resource, has_paused_annotation,
 };
 use crate::secrets::SecretCache;
+use crate::tables::{ObjectCache, ObjectCaches};
 use crate::watches::{Cache, Caches, WatchError};
 use crate::{CancellationToken, RuntimeError, Task, TaskEnv};
 use capstan_model::meta::LABEL_CLUSTER_NAME;
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::{self, Action, Config, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector;
@@ -99,6 +100,14 @@ pub trait Reconciler: Send + Sync + 'static {
         false
     }
 
+    /// Namespaced kinds (read untyped) whose objects name this controller's objects as owners and
+    /// that a reconcile reads from the process's object caches ([`Context::objects`]): the harness
+    /// watches each, records every change in its cache and only then wakes the owners, so the
+    /// reconcile a change wakes reads that change from memory.
+    fn cached_kinds(&self) -> Vec<ApiResource> {
+        Vec::new()
+    }
+
     /// Adds triggers to the controller: `owns`, `watches` with a mapping, periodic requeues.
     fn configure(
         &self,
@@ -106,6 +115,17 @@ pub trait Reconciler: Send + Sync + 'static {
         _client: &Client,
     ) -> Controller<Self::Object> {
         controller
+    }
+
+    /// [`Reconciler::configure`] for controllers whose triggers feed the process's object caches
+    /// (see [`crate::watches::watches_cached`]); the default ignores the caches.
+    fn configure_with_caches(
+        &self,
+        controller: Controller<Self::Object>,
+        client: &Client,
+        _objects: &ObjectCaches,
+    ) -> Controller<Self::Object> {
+        self.configure(controller, client)
     }
 
     /// Brings the world in line with `object` (which is not being deleted when the controller has a
@@ -179,6 +199,8 @@ pub struct Context {
     caches: Caches,
     shutdown: CancellationToken,
     secrets: SecretCache,
+    objects: ObjectCaches,
+    pauses: ClusterPauses,
 }
 
 impl Context {
@@ -194,6 +216,8 @@ impl Context {
         let shutdown = CancellationToken::new();
         Self {
             secrets: SecretCache::new(client.clone(), shutdown.clone()),
+            objects: ObjectCaches::new(client.clone(), shutdown.clone()),
+            pauses: ClusterPauses::new(client.clone(), shutdown.clone()),
             client,
             recorder,
             controller,
@@ -206,6 +230,8 @@ impl Context {
     #[must_use]
     pub fn with_shutdown(mut self, shutdown: CancellationToken) -> Self {
         self.secrets = SecretCache::new(self.client.clone(), shutdown.clone());
+        self.objects = ObjectCaches::new(self.client.clone(), shutdown.clone());
+        self.pauses = ClusterPauses::new(self.client.clone(), shutdown.clone());
         self.shutdown = shutdown;
         self
     }
@@ -215,6 +241,28 @@ impl Context {
     pub fn with_secrets(mut self, secrets: SecretCache) -> Self {
         self.secrets = secrets;
         self
+    }
+
+    /// The same context, reading objects through `objects` and Clusters through `pauses` (the
+    /// caches of the whole process).
+    #[must_use]
+    pub fn with_objects(mut self, objects: ObjectCaches, pauses: ClusterPauses) -> Self {
+        self.objects = objects;
+        self.pauses = pauses;
+        self
+    }
+
+    /// Objects of any kind from memory, read live when a cache cannot answer (see
+    /// [`ObjectCache`]).
+    pub fn objects(&self) -> &ObjectCaches {
+        &self.objects
+    }
+
+    /// Clusters (untyped) from memory, read live when the cache cannot answer; a controller that
+    /// follows its Cluster's pause records each Cluster change here before it wakes the Cluster's
+    /// objects.
+    pub fn clusters(&self) -> &ObjectCache<DynamicObject> {
+        self.pauses.clusters()
     }
 
     /// Secrets from memory, read live when the cache cannot answer (see [`SecretCache`]).
@@ -567,7 +615,8 @@ async fn run_controller<R: Reconciler>(
         context: Arc::new(
             Context::new(env.client.clone(), name, &env.identity)
                 .with_shutdown(env.shutdown.child_token())
-                .with_secrets(env.secrets.clone()),
+                .with_secrets(env.secrets.clone())
+                .with_objects(env.objects.clone(), env.pauses.clone()),
         ),
         metrics: env.metrics.clone(),
         backoff: Backoff::default(),
@@ -589,6 +638,9 @@ async fn run_controller<R: Reconciler>(
             Api::<R::Object>::all(env.client.clone()),
             watcher::Config::default(),
         )
+        // The store keeps no managed fields and no `last-applied` copy (no reconcile reads them;
+        // they were the larger part of many objects in memory).
+        .modify(crate::tables::strip)
         .inspect(move |event| {
             if let Ok(event) = event {
                 indexed.follow(event);
@@ -603,18 +655,48 @@ async fn run_controller<R: Reconciler>(
         .with_config(Config::default().concurrency(reconciler.concurrency()));
     if reconciler.follows_cluster_pause() {
         let pauses = env.pauses.clone();
-        controller = controller.watches_with(
+        let changed = watcher(
             Api::<DynamicObject>::all_with(env.client.clone(), &cluster_resource()),
-            cluster_resource(),
             watcher::Config::default(),
-            move |cluster: DynamicObject| {
-                // Before the objects are queued: their reconciles see at least this version.
-                pauses.observe(&cluster);
-                match (&cluster.metadata.namespace, &cluster.metadata.name) {
-                    (Some(namespace), Some(name)) => by_cluster.lookup(namespace, name),
-                    _ => Vec::new(),
-                }
+        )
+        .default_backoff()
+        .inspect(move |event| {
+            // Before the objects are queued: their reconciles see at least this version.
+            if let Ok(event) = event {
+                pauses.observe_event(event);
+            }
+        })
+        .touched_objects();
+        controller = controller.watches_stream_with(
+            changed,
+            move |cluster: DynamicObject| match (
+                &cluster.metadata.namespace,
+                &cluster.metadata.name,
+            ) {
+                (Some(namespace), Some(name)) => by_cluster.lookup(namespace, name),
+                _ => Vec::new(),
             },
+            cluster_resource(),
+        );
+    }
+    for resource in reconciler.cached_kinds() {
+        let cache = env.objects.dynamic(&resource);
+        let changed = watcher(
+            Api::<DynamicObject>::all_with(env.client.clone(), &resource),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .inspect(move |event| {
+            // Before the owners are queued: their reconciles read at least this version.
+            if let Ok(event) = event {
+                cache.observe_event(event);
+            }
+        })
+        .touched_objects();
+        controller = controller.watches_stream_with(
+            changed,
+            |object: DynamicObject| crate::watches::owners_of_kind::<R::Object, _>(&object),
+            resource,
         );
     }
     if follows_secrets {
@@ -637,7 +719,7 @@ async fn run_controller<R: Reconciler>(
             }
         });
     }
-    controller = reconciler.configure(controller, &env.client);
+    controller = reconciler.configure_with_caches(controller, &env.client, &env.objects);
     tracing::info!(controller = name, "controller started");
     controller
         .graceful_shutdown_on(env.shutdown.clone().cancelled_owned())

@@ -12,6 +12,8 @@
 //!   PUT of a typed object.
 //! - [`pauses`]: which Clusters are paused, for every controller of a process from one watch.
 //! - [`secrets`]: Secrets read from memory, for every controller of a process from one watch.
+//! - [`tables`]: the watch-fed tables both of those are, and one cache of objects per kind for a
+//!   process (a Machine's bootstrap config and infrastructure machine, a config's own raw spec).
 //! - [`index`]: a controller's objects by their Cluster, kept by the controller's own watch (what
 //!   its Cluster trigger reads).
 //! - [`watches`]: triggers from the kinds an object references (by owner reference or by a label
@@ -34,6 +36,7 @@ pub mod metrics;
 pub mod patch;
 pub mod pauses;
 pub mod secrets;
+pub mod tables;
 pub mod watches;
 
 pub use client::client_from_kubeconfig;
@@ -85,6 +88,8 @@ pub struct TaskEnv {
     pub pauses: pauses::ClusterPauses,
     /// Every Secret as last seen, shared by the tasks of one run (or leadership term).
     pub secrets: secrets::SecretCache,
+    /// One cache of objects per kind, shared by the tasks of one run (or leadership term).
+    pub objects: tables::ObjectCaches,
 }
 
 /// Something that runs until its [`TaskEnv::shutdown`] is cancelled: a controller, or a loop such
@@ -177,6 +182,7 @@ pub async fn run(
                 TaskEnv {
                     pauses: pauses::ClusterPauses::new(client.clone(), options.shutdown.clone()),
                     secrets: secrets::SecretCache::new(client.clone(), options.shutdown.clone()),
+                    objects: tables::ObjectCaches::new(client.clone(), options.shutdown.clone()),
                     client,
                     metrics: options.metrics.clone(),
                     identity: options.identity.clone(),
@@ -199,6 +205,7 @@ pub async fn run(
                             identity: options.identity.clone(),
                             pauses: pauses::ClusterPauses::new(client.clone(), term.clone()),
                             secrets: secrets::SecretCache::new(client.clone(), term.clone()),
+                            objects: tables::ObjectCaches::new(client.clone(), term.clone()),
                             shutdown: term,
                         },
                     )

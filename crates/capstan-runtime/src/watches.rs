@@ -13,6 +13,8 @@
 //! readers whose decisions would double an action on a stale read (creating replicas) list live.
 
 use crate::CancellationToken;
+use crate::tables::ObjectCache;
+use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::discovery::{ApiCapabilities, Scope};
 use kube::runtime::controller::Controller;
@@ -111,6 +113,35 @@ where
     )
 }
 
+/// Adds a watch of the namespaced kind `Other` that records every change in `cache` (the process's
+/// cache of the kind, [`crate::tables::ObjectCaches::typed`]) and only then wakes the objects
+/// `mapper` names: a reconcile woken by a change reads that change from the cache.
+pub fn watches_cached<K, Other, I>(
+    controller: Controller<K>,
+    client: &Client,
+    cache: ObjectCache<Other>,
+    mapper: impl Fn(Other) -> I + Sync + Send + 'static,
+) -> Controller<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    Other: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    I: 'static + IntoIterator<Item = ObjectRef<K>>,
+    I::IntoIter: Send,
+{
+    let changed = watcher(
+        Api::<Other>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .inspect(move |event| {
+        if let Ok(event) = event {
+            cache.observe_event(event);
+        }
+    })
+    .touched_objects();
+    controller.watches_stream(changed, mapper)
+}
+
 /// The [`ApiResource`] of `kind` in `group`: from capstan's catalogue of kinds (at their storage
 /// version) when it knows the kind, else from the API's discovery (its preferred version).
 pub async fn resolve_kind(
@@ -178,7 +209,10 @@ where
         let (store, writer) = reflector::store();
         let stream = reflector::reflector(
             writer,
-            watcher(Api::<K>::all(client), watcher::Config::default()).default_backoff(),
+            watcher(Api::<K>::all(client), watcher::Config::default())
+                .default_backoff()
+                // Nothing reads managed fields or the `last-applied` copy from a cache.
+                .modify(crate::tables::strip),
         );
         tokio::spawn(async move {
             use futures::StreamExt;

@@ -545,3 +545,80 @@ async fn reconciles_see_secret_changes_and_follow_their_cluster_through_the_inde
     shutdown.cancel();
     running.await.unwrap().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_cache_answers_from_its_watch_and_reads_live_what_it_does_not_hold() {
+    use capstan_runtime::tables::{LAST_APPLIED, ObjectCache};
+    use kube::api::{DeleteParams, Patch, PatchParams};
+    let (_dir, client) = api().await;
+    let shutdown = CancellationToken::new();
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let map = |name: &str, value: &str| ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            annotations: Some([(LAST_APPLIED.to_owned(), "{}".to_owned())].into()),
+            ..ObjectMeta::default()
+        },
+        data: Some([("key".to_owned(), value.to_owned())].into()),
+        ..ConfigMap::default()
+    };
+    let value = |map: &ConfigMap| map.data.as_ref().unwrap()["key"].clone();
+    maps.create(&PostParams::default(), &map("before", "one"))
+        .await
+        .unwrap();
+
+    let cache: ObjectCache<ConfigMap> = ObjectCache::typed(client.clone(), shutdown.clone());
+    // Nothing held yet: read live (which starts the watch).
+    let read = cache.get("default", "before").await.unwrap().unwrap();
+    assert_eq!(value(&read), "one");
+    assert!(
+        read.annotations().get(LAST_APPLIED).is_none() && read.managed_fields().is_empty(),
+        "kept without the applied copy and managed fields"
+    );
+    until("the first list", || cache.is_synced()).await;
+    assert!(cache.peek("default", "missing").is_none());
+    assert!(cache.get("default", "missing").await.unwrap().is_none());
+
+    // A change reaches the cache through its watch.
+    let changed = maps
+        .patch(
+            "before",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"data": {"key": "two"}})),
+        )
+        .await
+        .unwrap();
+    until("the change", || {
+        cache
+            .peek("default", "before")
+            .is_some_and(|m| value(&m) == "two")
+    })
+    .await;
+    // A reader that needs a version the cache has not seen yet reads it live.
+    let newer = maps
+        .patch(
+            "before",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"data": {"key": "three"}})),
+        )
+        .await
+        .unwrap();
+    let at_least = cache
+        .get_at_least("default", "before", newer.resource_version().as_deref())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(value(&at_least), "three");
+    assert_ne!(changed.resource_version(), newer.resource_version());
+    // An older version (from another watch) never replaces a newer one.
+    cache.observe(&changed);
+    assert_eq!(value(&cache.peek("default", "before").unwrap()), "three");
+
+    // Deleted: not answered from memory any more (a live read says it is gone).
+    maps.delete("before", &DeleteParams::default())
+        .await
+        .unwrap();
+    until("the deletion", || cache.peek("default", "before").is_none()).await;
+    assert!(cache.get("default", "before").await.unwrap().is_none());
+    shutdown.cancel();
+}

@@ -76,8 +76,9 @@ impl SimCluster {
                 max_batch: 64,
                 readers: 1,
                 // A workload cluster holds a few dozen objects and the process holds many such
-                // stores: small page caches and watch buffers keep each one cheap.
-                page_cache_kib: 256,
+                // stores (one per cluster): small page caches and watch buffers keep each one
+                // cheap. The whole database of one is a few hundred KiB; its hot pages fit in 64.
+                page_cache_kib: 64,
                 event_buffer: 256,
             },
         )
