@@ -536,8 +536,19 @@ fn all() -> &'static BTreeMap<Key, Value> {
     SCHEMAS.get_or_init(|| typed_kinds().iter().map(|k| (k.key, k.served())).collect())
 }
 
+/// The generated schema of one of capstan's kinds in `version`, generated on each call and not
+/// kept (the registry of kinds holds each served schema once, in its definition), or `None` for
+/// kinds the model does not type.
+pub fn served_schema(group: &str, kind: &str, version: &str) -> Option<Value> {
+    typed_kinds()
+        .iter()
+        .find(|k| k.key == (group, kind, version))
+        .map(TypedKind::served)
+}
+
 /// The generated schema of one of capstan's kinds in `version`, or `None` for kinds the model does
-/// not type.
+/// not type. Every schema is generated on the first call and kept for the life of the process:
+/// for tests and tools; the API server uses [`served_schema`].
 pub fn schema(group: &str, kind: &str, version: &str) -> Option<&'static Value> {
     all()
         .iter()
