@@ -236,6 +236,47 @@ pub fn upstream_schemas() -> &'static Map<String, Value> {
     PARSED.get_or_init(|| serde_json::from_str(UPSTREAM_SCHEMAS).unwrap_or_default())
 }
 
+/// One upstream schema, read from the embedded file without keeping the others (the registry of
+/// kinds reads each once at start; holding them all would cost megabytes for the life of the
+/// process).
+fn upstream_schema(key: &str) -> Option<Value> {
+    let mut reader = serde_json::Deserializer::from_str(UPSTREAM_SCHEMAS);
+    serde::de::DeserializeSeed::deserialize(FindEntry(key), &mut reader)
+        .ok()
+        .flatten()
+}
+
+/// Reads the value of one key of a JSON object, skipping the others.
+struct FindEntry<'k>(&'k str);
+
+impl<'de> serde::de::DeserializeSeed<'de> for FindEntry<'_> {
+    type Value = Option<Value>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, reader: D) -> Result<Self::Value, D::Error> {
+        reader.deserialize_map(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for FindEntry<'_> {
+    type Value = Option<Value>;
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("an object of schemas")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut found = None;
+        while let Some(key) = map.next_key::<String>()? {
+            if key == self.0 {
+                found = Some(map.next_value::<Value>()?);
+            } else {
+                map.next_value::<serde::de::IgnoredAny>()?;
+            }
+        }
+        Ok(found)
+    }
+}
+
 /// One typed kind version: its key, how it is served and the model's schema of it.
 struct TypedKind {
     key: Key,
@@ -257,8 +298,8 @@ impl TypedKind {
         let mut schema = (self.model)();
         if self.strictness == Strictness::Upstream {
             let (group, kind, version) = self.key;
-            match upstream_schemas().get(&format!("{group}/{kind}/{version}")) {
-                Some(theirs) => complete_root(&mut schema, theirs),
+            match upstream_schema(&format!("{group}/{kind}/{version}")) {
+                Some(theirs) => complete_root(&mut schema, &theirs),
                 None => keep_unknown_below_root(&mut schema),
             }
         }
@@ -486,8 +527,19 @@ fn all() -> &'static BTreeMap<Key, Value> {
     SCHEMAS.get_or_init(|| typed_kinds().iter().map(|k| (k.key, k.served())).collect())
 }
 
+/// The generated schema of one of capstan's kinds in `version`, generated on each call and not
+/// kept (the registry of kinds holds each served schema once, in its definition), or `None` for
+/// kinds the model does not type.
+pub fn served_schema(group: &str, kind: &str, version: &str) -> Option<Value> {
+    typed_kinds()
+        .iter()
+        .find(|k| k.key == (group, kind, version))
+        .map(TypedKind::served)
+}
+
 /// The generated schema of one of capstan's kinds in `version`, or `None` for kinds the model does
-/// not type.
+/// not type. Every schema is generated on the first call and kept for the life of the process:
+/// for tests and tools; the API server uses [`served_schema`].
 pub fn schema(group: &str, kind: &str, version: &str) -> Option<&'static Value> {
     all()
         .iter()

@@ -680,7 +680,7 @@ mod tests {
     fn deployment() -> One {
         static SCHEMA: OnceLock<Schema> = OnceLock::new();
         let schema = SCHEMA.get_or_init(|| {
-            Schema::from_value(crate::builtin::schemas::schema("apps", "Deployment").unwrap())
+            Schema::from_value(&crate::builtin::schemas::schema("apps", "Deployment").unwrap())
                 .unwrap()
         });
         One {

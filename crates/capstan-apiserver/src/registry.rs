@@ -5,7 +5,7 @@
 
 use capstan_model::kinds::{KINDS, KindInfo};
 use capstan_model::resource::Scope;
-use capstan_schema::{CrdInfo, CrdVersion};
+use capstan_schema::{CrdInfo, CrdVersion, SchemaInterner};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -76,16 +76,29 @@ pub enum RegistryError {
 impl Registry {
     /// The built-in kinds. Parsed once per process and shared (the definitions are behind `Arc`s),
     /// so many API servers in one process — the simulated workload clusters — cost little each.
+    /// The kinds' schemas are parsed with one interner, so the sub-schemas they repeat (ObjectMeta,
+    /// conditions, references, Kubernetes' own types) are held once; each synthesised definition
+    /// is kept once, in its [`CrdInfo`].
     pub fn builtin() -> Result<Self, RegistryError> {
         static BUILTIN: std::sync::OnceLock<Registry> = std::sync::OnceLock::new();
         if let Some(registry) = BUILTIN.get() {
             return Ok(registry.clone());
         }
         let mut registry = Self::default();
-        for crd in served_crds() {
-            registry.insert(parse_builtin(crd)?);
+        let mut interner = SchemaInterner::new();
+        for info in served_kinds() {
+            registry.insert(parse_builtin(&synthesised_crd(info), &mut interner)?);
         }
         Ok(BUILTIN.get_or_init(|| registry).clone())
+    }
+
+    /// The built-in definition of a kind, if it is one.
+    fn builtin_kind(group: &str, plural: &str) -> Option<Arc<CrdInfo>> {
+        let builtin = Self::builtin().ok()?;
+        builtin
+            .kinds
+            .get(&(group.to_owned(), plural.to_owned()))
+            .cloned()
     }
 
     /// Serves (or replaces) a kind.
@@ -97,12 +110,9 @@ impl Registry {
     /// Stops serving a kind defined by a stored CRD, restoring the built-in definition if there is one.
     pub fn remove(&mut self, group: &str, plural: &str) {
         self.kinds.remove(&(group.to_owned(), plural.to_owned()));
-        if let Some(builtin) = served_crds()
-            .iter()
-            .filter_map(|v| parse_builtin(v).ok())
-            .find(|c| c.group == group && c.plural == plural)
-        {
-            self.insert(builtin);
+        if let Some(builtin) = Self::builtin_kind(group, plural) {
+            self.kinds
+                .insert((group.to_owned(), plural.to_owned()), builtin);
         }
     }
 
@@ -168,16 +178,16 @@ impl Registry {
 
 /// Parses a synthesised CRD. CRDs cannot name the core group (its name is empty), so core kinds are
 /// parsed under a placeholder group that is then cleared.
-fn parse_builtin(crd: &Value) -> Result<CrdInfo, RegistryError> {
+fn parse_builtin(crd: &Value, interner: &mut SchemaInterner) -> Result<CrdInfo, RegistryError> {
     if crd["spec"]["group"].as_str().is_some_and(str::is_empty) {
         let mut placeholder = crd.clone();
         placeholder["spec"]["group"] = json!("core");
-        let mut info = CrdInfo::from_value(&placeholder)?;
+        let mut info = CrdInfo::from_value_shared(&placeholder, interner)?;
         info.group = String::new();
         info.definition = crd.clone();
         return Ok(info);
     }
-    Ok(CrdInfo::from_value(crd)?)
+    Ok(CrdInfo::from_value_shared(crd, interner)?)
 }
 
 /// Printer columns for the built-in kinds, so `kubectl get` shows state at a glance.
@@ -299,8 +309,7 @@ fn synthesised_crd(info: &KindInfo) -> Value {
         .iter()
         .map(|v| {
             let schema = crate::builtin::schemas::schema(info.group, info.kind)
-                .or_else(|| crate::kind_schemas::schema(info.group, info.kind, v))
-                .cloned()
+                .or_else(|| crate::kind_schemas::served_schema(info.group, info.kind, v))
                 .unwrap_or_else(
                     || json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
                 );
@@ -396,35 +405,30 @@ pub fn is_kubernetes_resource(group: &str, plural: &str) -> bool {
 }
 
 /// The synthesised CRDs of capstan's kinds and the platform kinds (what `capstan crds` prints for
-/// the platform kinds). Kubernetes' own workload-cluster kinds are served too (see [`served_crds`])
+/// the platform kinds). Kubernetes' own workload-cluster kinds are served too (see [`served_kinds`])
 /// but are never CRDs in a real cluster, so they are not here.
 pub fn builtin_crds() -> Vec<Value> {
+    let Ok(builtin) = Registry::builtin() else {
+        return Vec::new();
+    };
     KINDS
         .iter()
         .chain(PLATFORM_KINDS)
-        .map(|info| served_crd(info).clone())
+        .filter_map(|info| {
+            builtin
+                .kinds
+                .get(&(info.group.to_owned(), info.plural.to_owned()))
+                .map(|crd| crd.definition.clone())
+        })
         .collect()
 }
 
-/// The definition of every built-in kind the API serves, built once (the upstream schemas are large).
-fn served_crds() -> &'static [Value] {
-    static CRDS: std::sync::OnceLock<Vec<Value>> = std::sync::OnceLock::new();
-    CRDS.get_or_init(|| {
-        KINDS
-            .iter()
-            .chain(PLATFORM_KINDS)
-            .chain(crate::builtin::KINDS)
-            .map(synthesised_crd)
-            .collect()
-    })
-}
-
-fn served_crd(info: &KindInfo) -> &'static Value {
-    static EMPTY: Value = Value::Null;
-    served_crds()
+/// Every built-in kind the API serves: capstan's, the platform's and Kubernetes' own.
+fn served_kinds() -> impl Iterator<Item = &'static KindInfo> {
+    KINDS
         .iter()
-        .find(|c| c["spec"]["group"] == info.group && c["spec"]["names"]["kind"] == info.kind)
-        .unwrap_or(&EMPTY)
+        .chain(PLATFORM_KINDS)
+        .chain(crate::builtin::KINDS)
 }
 
 #[cfg(test)]

@@ -33,7 +33,7 @@ fn object_meta() -> Option<&'static Schema> {
     static META: OnceLock<Option<Schema>> = OnceLock::new();
     META.get_or_init(|| {
         crate::builtin::schemas::schema("", "Namespace")
-            .and_then(|ns| Schema::from_value(&ns["properties"]["metadata"]).ok())
+            .and_then(|namespace| Schema::from_value(&namespace["properties"]["metadata"]).ok())
     })
     .as_ref()
 }
@@ -540,7 +540,7 @@ mod tests {
     fn pod_shape() -> Shape<'static> {
         static POD: OnceLock<Schema> = OnceLock::new();
         let schema = POD.get_or_init(|| {
-            Schema::from_value(crate::builtin::schemas::schema("", "Pod").unwrap()).unwrap()
+            Schema::from_value(&crate::builtin::schemas::schema("", "Pod").unwrap()).unwrap()
         });
         Shape::root(Some(schema), true)
     }

@@ -10,7 +10,7 @@ use capstan_manifest::{LoadedObject, ManifestError, split_api_version};
 use capstan_model::path::FieldPath;
 use serde_json::Value;
 
-use crate::schema::{Schema, SchemaError};
+use crate::schema::{Schema, SchemaError, SchemaInterner};
 
 /// The `apiVersion` of the CRDs this module reads.
 pub const CRD_API_VERSION: &str = "apiextensions.k8s.io/v1";
@@ -169,7 +169,19 @@ impl CrdInfo {
     /// [`CrdError::Invalid`] for missing or mistyped fields, [`CrdError::Schema`] for a schema
     /// that does not parse.
     pub fn from_value(value: &Value) -> Result<Self, CrdError> {
-        Self::read(value, &|_| "<value>".to_owned())
+        Self::from_value_shared(value, &mut SchemaInterner::new())
+    }
+
+    /// Reads a CRD from its JSON value, sharing sub-schemas and compiled patterns with every
+    /// other schema parsed with `interner` (see [`Schema::from_value_shared`]).
+    ///
+    /// # Errors
+    /// As [`CrdInfo::from_value`].
+    pub fn from_value_shared(
+        value: &Value,
+        interner: &mut SchemaInterner,
+    ) -> Result<Self, CrdError> {
+        Self::read(value, &|_| "<value>".to_owned(), interner)
     }
 
     /// Reads a CRD from a loaded object; errors name the file and line.
@@ -177,10 +189,18 @@ impl CrdInfo {
     /// # Errors
     /// As [`CrdInfo::from_value`].
     pub fn from_object(object: &LoadedObject) -> Result<Self, CrdError> {
-        Self::read(&object.value, &|path| object.location(path))
+        Self::read(
+            &object.value,
+            &|path| object.location(path),
+            &mut SchemaInterner::new(),
+        )
     }
 
-    fn read(value: &Value, locate: &dyn Fn(&FieldPath) -> String) -> Result<Self, CrdError> {
+    fn read(
+        value: &Value,
+        locate: &dyn Fn(&FieldPath) -> String,
+        interner: &mut SchemaInterner,
+    ) -> Result<Self, CrdError> {
         let name = value
             .pointer("/metadata/name")
             .and_then(Value::as_str)
@@ -215,7 +235,7 @@ impl CrdInfo {
             return Err(fields.invalid(&versions_path, "must be a list of versions"));
         };
         let versions = (0..version_values.len())
-            .map(|i| fields.version(&versions_path.index(i)))
+            .map(|i| fields.version(&versions_path.index(i), interner))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
             group: fields.string(&FieldPath::parse("spec.group"))?,
@@ -307,21 +327,23 @@ impl Fields<'_> {
         }
     }
 
-    fn version(&self, path: &FieldPath) -> Result<CrdVersion, CrdError> {
+    fn version(
+        &self,
+        path: &FieldPath,
+        interner: &mut SchemaInterner,
+    ) -> Result<CrdVersion, CrdError> {
         let name = self.string(&path.key("name"))?;
         let schema_path = path.key("schema").key("openAPIV3Schema");
         let schema = match schema_path.lookup(self.value) {
             None | Some(Value::Null) => None,
-            Some(schema) => {
-                Some(
-                    Schema::from_value(schema).map_err(|source| CrdError::Schema {
-                        location: (self.locate)(&schema_path),
-                        name: self.name.to_owned(),
-                        version: name.clone(),
-                        source: Box::new(source),
-                    })?,
-                )
-            }
+            Some(schema) => Some(Schema::from_value_shared(schema, interner).map_err(
+                |source| CrdError::Schema {
+                    location: (self.locate)(&schema_path),
+                    name: self.name.to_owned(),
+                    version: name.clone(),
+                    source: Box::new(source),
+                },
+            )?),
         };
         let columns_path = path.key("additionalPrinterColumns");
         let columns = match columns_path.lookup(self.value) {

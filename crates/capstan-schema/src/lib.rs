@@ -34,8 +34,8 @@ pub use crd::{
 pub use defaults::apply_defaults;
 pub use prune::prune;
 pub use schema::{
-    AdditionalProperties, ListType, MAX_SCHEMA_DEPTH, MapType, Pattern, Schema, SchemaError,
-    SchemaType, ValidationRule,
+    AdditionalProperties, ListType, MAX_SCHEMA_DEPTH, MapType, Pattern, Properties, PropertiesIter,
+    Schema, SchemaError, SchemaInterner, SchemaType, ValidationRule,
 };
 pub use validate::{
     UncheckedPattern, UnevaluatedRule, ValidationReport, Violation, ViolationKind, validate,

@@ -2,9 +2,16 @@
 //!
 //! Parsing checks the JSON type of every keyword it knows and compiles `pattern`s, so that
 //! validation, defaulting and pruning work on plain typed data. Keywords without a meaning for
-//! validation (`description` is kept, `example`, `title`, `externalDocs`, ...) are ignored.
+//! validation (`description`, `example`, `title`, `externalDocs`, ...) are not kept: whoever
+//! shows documentation (`kubectl explain`, `/openapi`) reads the definition as written.
+//!
+//! A process serves hundreds of schema versions whose sub-schemas repeat (ObjectMeta, conditions,
+//! object references, Kubernetes' own types embedded in templates), so parsing shares them: every
+//! property's schema is held in an `Arc`, and a [`SchemaInterner`] hands out one `Arc` for all
+//! sub-schemas with the same keywords, and one compiled regex per distinct `pattern`.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
+use std::sync::Arc;
 
 use regex::Regex;
 use serde_json::Value;
@@ -132,19 +139,164 @@ pub struct Pattern {
 impl Pattern {
     /// Compiles a pattern; an unsupported one is kept, uncompiled.
     pub fn new(source: &str) -> Self {
-        let regex = regex::RegexBuilder::new(source)
-            .size_limit(PATTERN_SIZE_LIMIT)
-            .build()
-            .ok();
         Self {
             source: source.to_owned(),
-            regex,
+            regex: compile(source),
         }
     }
 
     /// The compiled regex, if the pattern compiled.
     pub fn regex(&self) -> Option<&Regex> {
         self.regex.as_ref()
+    }
+}
+
+fn compile(source: &str) -> Option<Regex> {
+    regex::RegexBuilder::new(source)
+        .size_limit(PATTERN_SIZE_LIMIT)
+        .build()
+        .ok()
+}
+
+/// `properties`: the schema of each named property, in name order.
+///
+/// Each schema is behind an `Arc` so that identical sub-schemas parsed with one
+/// [`SchemaInterner`] are held once. Reads give plain `&Schema`s, as a map of schemas would.
+#[derive(Clone, Debug, Default)]
+pub struct Properties {
+    /// Sorted by name, names unique.
+    entries: Vec<(String, Arc<Schema>)>,
+}
+
+impl Properties {
+    /// No properties.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn position(&self, name: &str) -> Result<usize, usize> {
+        self.entries
+            .binary_search_by(|(key, _)| key.as_str().cmp(name))
+    }
+
+    /// The schema of a property.
+    pub fn get(&self, name: &str) -> Option<&Schema> {
+        let index = self.position(name).ok()?;
+        self.entries.get(index).map(|(_, schema)| &**schema)
+    }
+
+    /// Whether a property is declared.
+    pub fn contains_key(&self, name: &str) -> bool {
+        self.position(name).is_ok()
+    }
+
+    /// Declares (or replaces) a property; returns the schema it replaced.
+    pub fn insert(&mut self, name: String, schema: impl Into<Arc<Schema>>) -> Option<Arc<Schema>> {
+        let schema = schema.into();
+        match self.position(&name) {
+            Ok(index) => self
+                .entries
+                .get_mut(index)
+                .map(|entry| std::mem::replace(&mut entry.1, schema)),
+            Err(index) => {
+                self.entries.insert(index, (name, schema));
+                None
+            }
+        }
+    }
+
+    /// How many properties are declared.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether no property is declared.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The properties in name order.
+    pub fn iter(&self) -> PropertiesIter<'_> {
+        self.entries.iter().map(entry_ref)
+    }
+
+    /// The property names in order.
+    pub fn keys(&self) -> impl Iterator<Item = &String> {
+        self.entries.iter().map(|(name, _)| name)
+    }
+
+    /// The property schemas in name order.
+    pub fn values(&self) -> impl Iterator<Item = &Schema> {
+        self.entries.iter().map(|(_, schema)| &**schema)
+    }
+}
+
+/// Iterator over [`Properties`]: `(name, schema)` in name order.
+pub type PropertiesIter<'a> = std::iter::Map<
+    std::slice::Iter<'a, (String, Arc<Schema>)>,
+    fn(&'a (String, Arc<Schema>)) -> (&'a String, &'a Schema),
+>;
+
+fn entry_ref(entry: &(String, Arc<Schema>)) -> (&String, &Schema) {
+    (&entry.0, &entry.1)
+}
+
+impl<'a> IntoIterator for &'a Properties {
+    type Item = (&'a String, &'a Schema);
+    type IntoIter = PropertiesIter<'a>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl std::ops::Index<&str> for Properties {
+    type Output = Schema;
+
+    /// # Panics
+    /// When the property is not declared, as indexing a map does.
+    fn index(&self, name: &str) -> &Schema {
+        #[allow(clippy::expect_used)]
+        self.get(name).expect("no such property")
+    }
+}
+
+/// Shares what repeats between the schemas parsed with it: sub-schemas with the same keywords
+/// become one `Arc`, and each distinct `pattern` is compiled once.
+///
+/// Parse every schema of a process (or of a set of definitions) with one interner to share across
+/// them; drop it afterwards (the schemas keep what they share).
+#[derive(Default)]
+pub struct SchemaInterner {
+    /// The shared sub-schemas by their key (their own keywords and their children's identities).
+    schemas: HashMap<String, Arc<Schema>>,
+    /// Compiled patterns by source (`None`: the engine does not support it).
+    patterns: HashMap<String, Option<Regex>>,
+}
+
+impl SchemaInterner {
+    /// An interner that shares nothing yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn pattern(&mut self, source: &str) -> Pattern {
+        let regex = self
+            .patterns
+            .entry(source.to_owned())
+            .or_insert_with(|| compile(source))
+            .clone();
+        Pattern {
+            source: source.to_owned(),
+            regex,
+        }
+    }
+
+    fn share(&mut self, key: String, schema: Schema) -> Arc<Schema> {
+        self.schemas
+            .entry(key)
+            .or_insert_with(|| Arc::new(schema))
+            .clone()
     }
 }
 
@@ -174,8 +326,6 @@ pub struct Schema {
     pub schema_type: Option<SchemaType>,
     /// `format`.
     pub format: Option<String>,
-    /// `description`.
-    pub description: Option<String>,
     /// `nullable`.
     pub nullable: bool,
     /// `default`.
@@ -183,7 +333,7 @@ pub struct Schema {
     /// `required` property names.
     pub required: Vec<String>,
     /// `properties`.
-    pub properties: BTreeMap<String, Schema>,
+    pub properties: Properties,
     /// `additionalProperties`.
     pub additional_properties: Option<AdditionalProperties>,
     /// `items`.
@@ -247,7 +397,20 @@ impl Schema {
     /// A known keyword with a value of the wrong JSON type, a sub-schema that is not an object, or
     /// nesting deeper than [`MAX_SCHEMA_DEPTH`].
     pub fn from_value(value: &Value) -> Result<Self, SchemaError> {
-        parse(value, "", 0)
+        Self::from_value_shared(value, &mut SchemaInterner::new())
+    }
+
+    /// Parses a schema, sharing sub-schemas and compiled patterns with every other schema parsed
+    /// with `interner`.
+    ///
+    /// # Errors
+    /// As [`Schema::from_value`].
+    pub fn from_value_shared(
+        value: &Value,
+        interner: &mut SchemaInterner,
+    ) -> Result<Self, SchemaError> {
+        let mut parser = Parser { interner };
+        parser.parse(value, "", 0).map(|(schema, _)| schema)
     }
 
     /// The schema of a property, following `additionalProperties` for names not in `properties`.
@@ -285,118 +448,203 @@ fn escape(name: &str) -> String {
     name.replace('~', "~0").replace('/', "~1")
 }
 
-fn parse(value: &Value, path: &str, depth: usize) -> Result<Schema, SchemaError> {
-    if depth > MAX_SCHEMA_DEPTH {
-        return Err(SchemaError::TooDeep {
-            path: display_path(path),
-            limit: MAX_SCHEMA_DEPTH,
-        });
-    }
-    let Value::Object(map) = value else {
-        return Err(SchemaError::NotAnObject {
-            path: display_path(path),
-        });
-    };
-    let reader = Reader { map, path };
-    let mut schema = Schema {
-        schema_type: match reader.string("type")? {
-            None => None,
-            Some(name) => Some(SchemaType::parse(name).ok_or_else(|| {
-                reader.error(
-                    "type",
-                    "one of object, array, string, integer, number, boolean",
-                )
-            })?),
-        },
-        format: reader.string("format")?.map(str::to_owned),
-        description: reader.string("description")?.map(str::to_owned),
-        nullable: reader.flag("nullable")?,
-        default: map.get("default").cloned(),
-        required: reader.strings("required")?,
-        enum_values: match map.get("enum") {
-            None | Some(Value::Null) => None,
-            Some(Value::Array(values)) => Some(values.clone()),
-            Some(_) => return Err(reader.error("enum", "an array")),
-        },
-        pattern: reader.string("pattern")?.map(Pattern::new),
-        minimum: reader.number("minimum")?,
-        maximum: reader.number("maximum")?,
-        multiple_of: reader.number("multipleOf")?,
-        min_length: reader.count("minLength")?,
-        max_length: reader.count("maxLength")?,
-        min_items: reader.count("minItems")?,
-        max_items: reader.count("maxItems")?,
-        min_properties: reader.count("minProperties")?,
-        max_properties: reader.count("maxProperties")?,
-        unique_items: reader.flag("uniqueItems")?,
-        int_or_string: reader.flag("x-kubernetes-int-or-string")?,
-        preserve_unknown_fields: reader.flag("x-kubernetes-preserve-unknown-fields")?,
-        embedded_resource: reader.flag("x-kubernetes-embedded-resource")?,
-        list_type: match reader.string("x-kubernetes-list-type")? {
-            None => None,
-            Some("atomic") => Some(ListType::Atomic),
-            Some("set") => Some(ListType::Set),
-            Some("map") => Some(ListType::Map),
-            Some(_) => {
-                return Err(reader.error("x-kubernetes-list-type", "atomic, set or map"));
-            }
-        },
-        list_map_keys: reader.strings("x-kubernetes-list-map-keys")?,
-        map_type: match reader.string("x-kubernetes-map-type")? {
-            None => None,
-            Some("granular") => Some(MapType::Granular),
-            Some("atomic") => Some(MapType::Atomic),
-            Some(_) => return Err(reader.error("x-kubernetes-map-type", "granular or atomic")),
-        },
-        validations: reader.rules()?,
-        ..Schema::default()
-    };
-    (schema.minimum, schema.exclusive_minimum) =
-        exclusive_bound(&reader, "exclusiveMinimum", schema.minimum)?;
-    (schema.maximum, schema.exclusive_maximum) =
-        exclusive_bound(&reader, "exclusiveMaximum", schema.maximum)?;
+/// Keywords holding sub-schemas: they enter a node's key through their children's keys.
+const CHILD_KEYWORDS: &[&str] = &[
+    "properties",
+    "additionalProperties",
+    "items",
+    "allOf",
+    "anyOf",
+    "oneOf",
+    "not",
+];
 
-    if let Some(properties) = map.get("properties") {
-        let Value::Object(properties) = properties else {
-            return Err(reader.error("properties", "an object of schemas"));
+/// Keywords that do not change what a node validates, defaults or prunes.
+const IGNORED_KEYWORDS: &[&str] = &["description", "example", "title", "externalDocs"];
+
+/// Parses schema nodes, sharing property schemas through the interner.
+struct Parser<'i> {
+    interner: &'i mut SchemaInterner,
+}
+
+impl Parser<'_> {
+    /// Parses one node and returns it with its key: its own keywords and its children's keys (a
+    /// shared child's key is the address of its `Arc`), so equal keys mean equal compiled nodes.
+    fn parse(
+        &mut self,
+        value: &Value,
+        path: &str,
+        depth: usize,
+    ) -> Result<(Schema, String), SchemaError> {
+        if depth > MAX_SCHEMA_DEPTH {
+            return Err(SchemaError::TooDeep {
+                path: display_path(path),
+                limit: MAX_SCHEMA_DEPTH,
+            });
+        }
+        let Value::Object(map) = value else {
+            return Err(SchemaError::NotAnObject {
+                path: display_path(path),
+            });
         };
-        for (name, property) in properties {
-            let sub = format!("{path}/properties/{}", escape(name));
-            schema
-                .properties
-                .insert(name.clone(), parse(property, &sub, depth + 1)?);
+        let mut key = String::from("{");
+        for (keyword, value) in map {
+            if CHILD_KEYWORDS.contains(&keyword.as_str())
+                || IGNORED_KEYWORDS.contains(&keyword.as_str())
+            {
+                continue;
+            }
+            key.push_str(&Value::String(keyword.clone()).to_string());
+            key.push(':');
+            key.push_str(&value.to_string());
+            key.push(',');
+        }
+        let reader = Reader { map, path };
+        let mut schema = Schema {
+            schema_type: match reader.string("type")? {
+                None => None,
+                Some(name) => Some(SchemaType::parse(name).ok_or_else(|| {
+                    reader.error(
+                        "type",
+                        "one of object, array, string, integer, number, boolean",
+                    )
+                })?),
+            },
+            format: reader.string("format")?.map(str::to_owned),
+            nullable: reader.flag("nullable")?,
+            default: map.get("default").cloned(),
+            required: reader.strings("required")?,
+            enum_values: match map.get("enum") {
+                None | Some(Value::Null) => None,
+                Some(Value::Array(values)) => Some(values.clone()),
+                Some(_) => return Err(reader.error("enum", "an array")),
+            },
+            pattern: reader
+                .string("pattern")?
+                .map(|source| self.interner.pattern(source)),
+            minimum: reader.number("minimum")?,
+            maximum: reader.number("maximum")?,
+            multiple_of: reader.number("multipleOf")?,
+            min_length: reader.count("minLength")?,
+            max_length: reader.count("maxLength")?,
+            min_items: reader.count("minItems")?,
+            max_items: reader.count("maxItems")?,
+            min_properties: reader.count("minProperties")?,
+            max_properties: reader.count("maxProperties")?,
+            unique_items: reader.flag("uniqueItems")?,
+            int_or_string: reader.flag("x-kubernetes-int-or-string")?,
+            preserve_unknown_fields: reader.flag("x-kubernetes-preserve-unknown-fields")?,
+            embedded_resource: reader.flag("x-kubernetes-embedded-resource")?,
+            list_type: match reader.string("x-kubernetes-list-type")? {
+                None => None,
+                Some("atomic") => Some(ListType::Atomic),
+                Some("set") => Some(ListType::Set),
+                Some("map") => Some(ListType::Map),
+                Some(_) => {
+                    return Err(reader.error("x-kubernetes-list-type", "atomic, set or map"));
+                }
+            },
+            list_map_keys: reader.strings("x-kubernetes-list-map-keys")?,
+            map_type: match reader.string("x-kubernetes-map-type")? {
+                None => None,
+                Some("granular") => Some(MapType::Granular),
+                Some("atomic") => Some(MapType::Atomic),
+                Some(_) => {
+                    return Err(reader.error("x-kubernetes-map-type", "granular or atomic"));
+                }
+            },
+            validations: reader.rules()?,
+            ..Schema::default()
+        };
+        (schema.minimum, schema.exclusive_minimum) =
+            exclusive_bound(&reader, "exclusiveMinimum", schema.minimum)?;
+        (schema.maximum, schema.exclusive_maximum) =
+            exclusive_bound(&reader, "exclusiveMaximum", schema.maximum)?;
+
+        if let Some(properties) = map.get("properties") {
+            let Value::Object(properties) = properties else {
+                return Err(reader.error("properties", "an object of schemas"));
+            };
+            key.push_str("properties:{");
+            for (name, property) in properties {
+                let sub = format!("{path}/properties/{}", escape(name));
+                let (property, property_key) = self.parse(property, &sub, depth + 1)?;
+                let shared = self.interner.share(property_key, property);
+                key.push_str(&Value::String(name.clone()).to_string());
+                key.push_str(&format!(":{:p},", Arc::as_ptr(&shared)));
+                schema.properties.insert(name.clone(), shared);
+            }
+            key.push_str("},");
+        }
+        schema.additional_properties = match map.get("additionalProperties") {
+            None | Some(Value::Null) => None,
+            Some(Value::Bool(allowed)) => {
+                key.push_str(&format!("additionalProperties:{allowed},"));
+                Some(AdditionalProperties::Allowed(*allowed))
+            }
+            Some(sub @ Value::Object(_)) => {
+                let (sub, sub_key) =
+                    self.parse(sub, &format!("{path}/additionalProperties"), depth + 1)?;
+                key.push_str(&format!("additionalProperties:{sub_key},"));
+                Some(AdditionalProperties::Schema(Box::new(sub)))
+            }
+            Some(_) => return Err(reader.error("additionalProperties", "a boolean or a schema")),
+        };
+        schema.items = match map.get("items") {
+            None | Some(Value::Null) => None,
+            Some(sub @ Value::Object(_)) => {
+                let (sub, sub_key) = self.parse(sub, &format!("{path}/items"), depth + 1)?;
+                key.push_str(&format!("items:{sub_key},"));
+                Some(Box::new(sub))
+            }
+            Some(_) => {
+                return Err(reader.error(
+                    "items",
+                    "a schema (structural schemas have one items schema)",
+                ));
+            }
+        };
+        schema.all_of = self.branches(&reader, "allOf", depth, &mut key)?;
+        schema.any_of = self.branches(&reader, "anyOf", depth, &mut key)?;
+        schema.one_of = self.branches(&reader, "oneOf", depth, &mut key)?;
+        schema.not = match map.get("not") {
+            None | Some(Value::Null) => None,
+            Some(sub) => {
+                let (sub, sub_key) = self.parse(sub, &format!("{path}/not"), depth + 1)?;
+                key.push_str(&format!("not:{sub_key},"));
+                Some(Box::new(sub))
+            }
+        };
+        key.push('}');
+        Ok((schema, key))
+    }
+
+    fn branches(
+        &mut self,
+        reader: &Reader<'_>,
+        keyword: &'static str,
+        depth: usize,
+        key: &mut String,
+    ) -> Result<Vec<Schema>, SchemaError> {
+        match reader.map.get(keyword) {
+            None | Some(Value::Null) => Ok(Vec::new()),
+            Some(Value::Array(subs)) => {
+                key.push_str(keyword);
+                key.push_str(":[");
+                let mut branches = Vec::with_capacity(subs.len());
+                for (i, sub) in subs.iter().enumerate() {
+                    let sub_path = format!("{}/{keyword}/{i}", reader.path);
+                    let (branch, branch_key) = self.parse(sub, &sub_path, depth + 1)?;
+                    key.push_str(&branch_key);
+                    key.push(',');
+                    branches.push(branch);
+                }
+                key.push_str("],");
+                Ok(branches)
+            }
+            Some(_) => Err(reader.error(keyword, "an array of schemas")),
         }
     }
-    schema.additional_properties = match map.get("additionalProperties") {
-        None | Some(Value::Null) => None,
-        Some(Value::Bool(allowed)) => Some(AdditionalProperties::Allowed(*allowed)),
-        Some(sub @ Value::Object(_)) => Some(AdditionalProperties::Schema(Box::new(parse(
-            sub,
-            &format!("{path}/additionalProperties"),
-            depth + 1,
-        )?))),
-        Some(_) => return Err(reader.error("additionalProperties", "a boolean or a schema")),
-    };
-    schema.items = match map.get("items") {
-        None | Some(Value::Null) => None,
-        Some(sub @ Value::Object(_)) => {
-            Some(Box::new(parse(sub, &format!("{path}/items"), depth + 1)?))
-        }
-        Some(_) => {
-            return Err(reader.error(
-                "items",
-                "a schema (structural schemas have one items schema)",
-            ));
-        }
-    };
-    schema.all_of = branches(&reader, "allOf", depth)?;
-    schema.any_of = branches(&reader, "anyOf", depth)?;
-    schema.one_of = branches(&reader, "oneOf", depth)?;
-    schema.not = match map.get("not") {
-        None | Some(Value::Null) => None,
-        Some(sub) => Some(Box::new(parse(sub, &format!("{path}/not"), depth + 1)?)),
-    };
-    Ok(schema)
 }
 
 fn display_path(path: &str) -> String {
@@ -419,22 +667,6 @@ fn exclusive_bound(
         Some(Value::Bool(exclusive)) => Ok((bound, *exclusive)),
         Some(Value::Number(n)) => Ok((n.as_f64(), true)),
         Some(_) => Err(reader.error(keyword, "a boolean")),
-    }
-}
-
-fn branches(
-    reader: &Reader<'_>,
-    keyword: &'static str,
-    depth: usize,
-) -> Result<Vec<Schema>, SchemaError> {
-    match reader.map.get(keyword) {
-        None | Some(Value::Null) => Ok(Vec::new()),
-        Some(Value::Array(subs)) => subs
-            .iter()
-            .enumerate()
-            .map(|(i, sub)| parse(sub, &format!("{}/{keyword}/{i}", reader.path), depth + 1))
-            .collect(),
-        Some(_) => Err(reader.error(keyword, "an array of schemas")),
     }
 }
 

@@ -150,7 +150,7 @@ pub fn singular(info: &KindInfo) -> String {
 
 /// Whether `(group, kind)` is one of Kubernetes' own kinds (typed, with an upstream schema).
 pub fn is_typed(group: &str, kind: &str) -> bool {
-    schemas::schema(group, kind).is_some()
+    schemas::has_schema(group, kind)
 }
 
 /// Whether the kind has a `status` subresource, when this module decides it.

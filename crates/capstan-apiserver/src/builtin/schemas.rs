@@ -7,7 +7,6 @@ use schemars::JsonSchema;
 use schemars::generate::SchemaSettings;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
 
 /// Kubernetes' types that are `+structType=atomic` upstream (`x-kubernetes-map-type: atomic` in
 /// kube-apiserver's OpenAPI): server-side apply owns and replaces each as one value.
@@ -163,85 +162,84 @@ fn make_structural(schema: &mut Value) {
     }
 }
 
-/// Every typed kind's schema by (group, kind), generated once.
-fn all() -> &'static BTreeMap<(&'static str, &'static str), Value> {
-    static SCHEMAS: OnceLock<BTreeMap<(&'static str, &'static str), Value>> = OnceLock::new();
-    SCHEMAS.get_or_init(|| {
-        let mut m = BTreeMap::new();
-        m.insert(("", "Namespace"), schema_of::<api::core::v1::Namespace>());
-        m.insert(("", "Secret"), schema_of::<api::core::v1::Secret>());
-        m.insert(("", "ConfigMap"), schema_of::<api::core::v1::ConfigMap>());
-        m.insert(("", "Event"), schema_of::<api::core::v1::Event>());
-        m.insert(("", "Pod"), schema_of::<api::core::v1::Pod>());
-        m.insert(("", "Node"), schema_of::<api::core::v1::Node>());
-        m.insert(("", "Service"), schema_of::<api::core::v1::Service>());
-        m.insert(("", "Endpoints"), schema_of::<api::core::v1::Endpoints>());
+/// Every typed kind's schema by (group, kind), generated on each call: the registry of kinds keeps
+/// each one once, in its definition.
+fn all() -> BTreeMap<(&'static str, &'static str), fn() -> Value> {
+    {
+        let mut m: BTreeMap<(&'static str, &'static str), fn() -> Value> = BTreeMap::new();
+        m.insert(("", "Namespace"), schema_of::<api::core::v1::Namespace>);
+        m.insert(("", "Secret"), schema_of::<api::core::v1::Secret>);
+        m.insert(("", "ConfigMap"), schema_of::<api::core::v1::ConfigMap>);
+        m.insert(("", "Event"), schema_of::<api::core::v1::Event>);
+        m.insert(("", "Pod"), schema_of::<api::core::v1::Pod>);
+        m.insert(("", "Node"), schema_of::<api::core::v1::Node>);
+        m.insert(("", "Service"), schema_of::<api::core::v1::Service>);
+        m.insert(("", "Endpoints"), schema_of::<api::core::v1::Endpoints>);
         m.insert(
             ("", "ServiceAccount"),
-            schema_of::<api::core::v1::ServiceAccount>(),
+            schema_of::<api::core::v1::ServiceAccount>,
         );
         m.insert(
             ("discovery.k8s.io", "EndpointSlice"),
-            schema_of::<api::discovery::v1::EndpointSlice>(),
+            schema_of::<api::discovery::v1::EndpointSlice>,
         );
         m.insert(
             ("apps", "Deployment"),
-            schema_of::<api::apps::v1::Deployment>(),
+            schema_of::<api::apps::v1::Deployment>,
         );
-        m.insert(
-            ("apps", "DaemonSet"),
-            schema_of::<api::apps::v1::DaemonSet>(),
-        );
+        m.insert(("apps", "DaemonSet"), schema_of::<api::apps::v1::DaemonSet>);
         m.insert(
             ("apps", "StatefulSet"),
-            schema_of::<api::apps::v1::StatefulSet>(),
+            schema_of::<api::apps::v1::StatefulSet>,
         );
         m.insert(
             ("apps", "ReplicaSet"),
-            schema_of::<api::apps::v1::ReplicaSet>(),
+            schema_of::<api::apps::v1::ReplicaSet>,
         );
         m.insert(
             ("policy", "PodDisruptionBudget"),
-            schema_of::<api::policy::v1::PodDisruptionBudget>(),
+            schema_of::<api::policy::v1::PodDisruptionBudget>,
         );
         m.insert(
             ("rbac.authorization.k8s.io", "Role"),
-            schema_of::<api::rbac::v1::Role>(),
+            schema_of::<api::rbac::v1::Role>,
         );
         m.insert(
             ("rbac.authorization.k8s.io", "ClusterRole"),
-            schema_of::<api::rbac::v1::ClusterRole>(),
+            schema_of::<api::rbac::v1::ClusterRole>,
         );
         m.insert(
             ("rbac.authorization.k8s.io", "RoleBinding"),
-            schema_of::<api::rbac::v1::RoleBinding>(),
+            schema_of::<api::rbac::v1::RoleBinding>,
         );
         m.insert(
             ("rbac.authorization.k8s.io", "ClusterRoleBinding"),
-            schema_of::<api::rbac::v1::ClusterRoleBinding>(),
+            schema_of::<api::rbac::v1::ClusterRoleBinding>,
         );
         m.insert(
             ("certificates.k8s.io", "CertificateSigningRequest"),
-            schema_of::<api::certificates::v1::CertificateSigningRequest>(),
+            schema_of::<api::certificates::v1::CertificateSigningRequest>,
         );
         m.insert(
             ("coordination.k8s.io", "Lease"),
-            schema_of::<api::coordination::v1::Lease>(),
+            schema_of::<api::coordination::v1::Lease>,
         );
         m.insert(
             ("events.k8s.io", "Event"),
-            schema_of::<api::events::v1::Event>(),
+            schema_of::<api::events::v1::Event>,
         );
         m
-    })
+    }
 }
 
 /// The upstream schema of a Kubernetes kind, or `None` for kinds that are not Kubernetes' own.
-pub fn schema(group: &str, kind: &str) -> Option<&'static Value> {
-    all()
-        .iter()
-        .find(|((g, k), _)| *g == group && *k == kind)
-        .map(|(_, v)| v)
+pub fn schema(group: &str, kind: &str) -> Option<Value> {
+    all().get(&(group, kind)).map(|generate| generate())
+}
+
+/// Whether `(group, kind)` is one of Kubernetes' own kinds (one with a schema here).
+pub fn has_schema(group: &str, kind: &str) -> bool {
+    all().contains_key(&(group, kind))
 }
 
 #[cfg(test)]
@@ -301,15 +299,15 @@ mod tests {
     #[test]
     fn the_atomic_markers_are_the_only_addition_to_the_types_schemas() {
         assert_eq!(
-            unmarked(schema("", "Pod").unwrap()),
+            unmarked(&schema("", "Pod").unwrap()),
             schemars_inlined::<api::core::v1::Pod>()
         );
         assert_eq!(
-            unmarked(schema("apps", "Deployment").unwrap()),
+            unmarked(&schema("apps", "Deployment").unwrap()),
             schemars_inlined::<api::apps::v1::Deployment>()
         );
         assert_eq!(
-            unmarked(schema("rbac.authorization.k8s.io", "RoleBinding").unwrap()),
+            unmarked(&schema("rbac.authorization.k8s.io", "RoleBinding").unwrap()),
             schemars_inlined::<api::rbac::v1::RoleBinding>()
         );
     }

@@ -841,3 +841,13 @@ fn every_kind_version_upstream_has_checks_objects_as_upstream_does() {
     assert!(fields > 3000, "only {fields} fields compared");
     assert!(problems.is_empty(), "{problems:#?}");
 }
+
+#[test]
+fn one_upstream_schema_is_read_as_the_whole_file_holds_it() {
+    let all = upstream_schemas();
+    assert!(!all.is_empty());
+    for (key, schema) in all {
+        assert_eq!(upstream_schema(key).as_ref(), Some(schema), "{key}");
+    }
+    assert_eq!(upstream_schema("example.com/Widget/v1"), None);
+}
