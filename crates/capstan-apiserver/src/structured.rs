@@ -567,7 +567,7 @@ mod tests {
     #[test]
     fn endpoint_slice_addresses_are_a_set_and_pod_ips_keyed_by_ip() {
         let slice = Schema::from_value(
-            crate::builtin::schemas::schema("discovery.k8s.io", "EndpointSlice").unwrap(),
+            &crate::builtin::schemas::schema("discovery.k8s.io", "EndpointSlice").unwrap(),
         )
         .unwrap();
         let set = field_set(
@@ -604,7 +604,7 @@ mod tests {
             ListKind::Map(vec!["name".to_owned()])
         );
         let node =
-            Schema::from_value(crate::builtin::schemas::schema("", "Node").unwrap()).unwrap();
+            Schema::from_value(&crate::builtin::schemas::schema("", "Node").unwrap()).unwrap();
         assert_eq!(
             Shape::root(Some(&node), true)
                 .child("spec")
