@@ -394,7 +394,7 @@ impl ClusterController {
         let (infra_api, infra) = match &cluster.spec.infrastructure_ref {
             Some(r) if !r.name.is_empty() => {
                 let api = Referenced::resolve(client, namespace, r).await?;
-                let object = api.get_cached(context.objects(), cached_kinds()).await?;
+                let object = read_referenced(&api, context, cluster).await?;
                 (Some(api), object)
             }
             _ => (None, None),
@@ -402,7 +402,7 @@ impl ClusterController {
         let (cp_api, cp) = match &cluster.spec.control_plane_ref {
             Some(r) if !r.name.is_empty() => {
                 let api = Referenced::resolve(client, namespace, r).await?;
-                let object = api.get_cached(context.objects(), cached_kinds()).await?;
+                let object = read_referenced(&api, context, cluster).await?;
                 (Some(api), object)
             }
             _ => (None, None),
@@ -735,6 +735,27 @@ async fn delete_workers(
     )
     .await?;
     Ok(())
+}
+
+/// A provider object the Cluster references: from the process's cache once the Cluster owns it
+/// (its changes then wake the Cluster, after they reach the cache), read live before that — a
+/// change to an object the Cluster does not own yet wakes nothing, so a stale cached copy would
+/// fail the adoption's conditional write until the requeue's backoff ran out.
+async fn read_referenced(
+    api: &Referenced,
+    context: &Context,
+    cluster: &Cluster,
+) -> Result<Option<DynamicObject>, ContractError> {
+    let cached = api.get_cached(context.objects(), cached_kinds()).await?;
+    let owned = cached.as_ref().is_some_and(|object| {
+        object
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| Some(&o.uid) == cluster.metadata.uid.as_ref())
+    });
+    if owned { Ok(cached) } else { api.get().await }
 }
 
 /// The provider kinds a Cluster references that its reconciles read from the process's caches (the
