@@ -384,16 +384,7 @@ fn admit(
         return Ok(());
     }
     let causes: Vec<Cause> = violations.iter().map(schema_cause).collect();
-    let mut summary: Vec<String> = causes
-        .iter()
-        .map(|c| format!("{}: {}", c.field, c.message))
-        .collect();
-    // kube-apiserver's aggregate: one error as it is, several in brackets.
-    let summary = if summary.len() == 1 {
-        summary.remove(0)
-    } else {
-        format!("[{}]", summary.join(", "))
-    };
+    let summary = aggregate(&causes);
     Err(ApiError::Invalid {
         group: request.group().to_owned(),
         kind: request.kind().to_owned(),
@@ -1171,15 +1162,7 @@ fn check_rules_compile(object: &Value, crd: &capstan_schema::CrdInfo) -> Result<
     if causes.is_empty() {
         return Ok(());
     }
-    let mut summary: Vec<String> = causes
-        .iter()
-        .map(|c| format!("{}: {}", c.field, c.message))
-        .collect();
-    let summary = if summary.len() == 1 {
-        summary.remove(0)
-    } else {
-        format!("[{}]", summary.join(", "))
-    };
+    let summary = aggregate(&causes);
     Err(ApiError::Invalid {
         group: "apiextensions.k8s.io".into(),
         kind: "CustomResourceDefinition".into(),
@@ -1267,6 +1250,19 @@ fn admit_crd(object: &mut Value) -> Result<capstan_schema::CrdInfo, ApiError> {
 /// How many stored objects a replacing definition is checked against before it is refused or
 /// accepted; the violations of the first few are reported.
 const MAX_REPORTED_INCOMPATIBLE: usize = 3;
+
+/// kube-apiserver's aggregate of field errors: one as it is, several in brackets.
+fn aggregate(causes: &[Cause]) -> String {
+    let mut summary: Vec<String> = causes
+        .iter()
+        .map(|c| format!("{}: {}", c.field, c.message))
+        .collect();
+    if summary.len() == 1 {
+        summary.remove(0)
+    } else {
+        format!("[{}]", summary.join(", "))
+    }
+}
 
 /// A definition that replaces a served kind must keep what is stored readable and writable:
 /// every stored object's version is served by it and the object's values have that version's
