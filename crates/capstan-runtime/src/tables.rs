@@ -379,6 +379,30 @@ impl<K: Resource> Clone for ObjectCache<K> {
     }
 }
 
+/// A namespaced kind with a static type that an [`ObjectCache`] can hold: decoded from its watch,
+/// shared between tasks.
+pub trait CachedKind:
+    Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + Clone
+    + DeserializeOwned
+    + Debug
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> CachedKind for K where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + Debug
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 impl<K: Resource> Debug for ObjectCache<K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         self.table.fmt(f)
@@ -387,13 +411,7 @@ impl<K: Resource> Debug for ObjectCache<K> {
 
 impl<K> ObjectCache<K>
 where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + Debug
-        + Send
-        + Sync
-        + 'static,
+    K: CachedKind,
 {
     /// A cache of the namespaced kind `K`, read through `client`; its watch starts on first use
     /// and stops when `shutdown` is cancelled.
@@ -558,13 +576,7 @@ impl ObjectCaches {
     /// The cache of the namespaced kind `K`.
     pub fn typed<K>(&self) -> ObjectCache<K>
     where
-        K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-            + Clone
-            + DeserializeOwned
-            + Debug
-            + Send
-            + Sync
-            + 'static,
+        K: CachedKind,
     {
         self.of(format!("typed {}", std::any::type_name::<K>()), || {
             ObjectCache::typed(self.client.clone(), self.shutdown.clone())
