@@ -210,7 +210,7 @@ impl Metal3MachineProvider {
         let owned = |hosts: Vec<std::sync::Arc<BareMetalHost>>| -> Vec<BareMetalHost> {
             hosts.iter().map(|h| (**h).clone()).collect()
         };
-        let matching = owned(cache.list(&namespace, |h| selector.matches(&host::labels(h))));
+        let matching = owned(cache.list(&namespace, |h| selector.matches(host::labels(h))));
         let failure_domain = request
             .owner
             .spec
