@@ -310,7 +310,13 @@ mod tests {
     #[test]
     fn a_selected_list_searches_the_index_instead_of_scanning_the_kind() {
         let dir = tempfile::tempdir().unwrap();
-        let conn = crate::schema::open_writer(&dir.path().join("state.db"), 2_048).unwrap();
+        let conn = crate::schema::open_writer(
+            &dir.path().join("state.db"),
+            crate::schema::ConnectionTuning {
+                page_cache_kib: 2_048,
+                statement_cache: 16,
+            },
+        ).unwrap();
         let selected = list_sql(
             "cluster.x-k8s.io/machines",
             Some("default"),

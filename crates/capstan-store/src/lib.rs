@@ -181,8 +181,21 @@ pub struct StoreOptions {
     /// connection costs once its pages were read.
     pub page_cache_kib: u32,
     /// How many committed changes are buffered for live watchers; a watcher that falls further
-    /// behind catches up from the change log. The buffer is allocated whole when the store opens.
+    /// behind catches up from the change log. The buffer is allocated whole when the store opens,
+    /// and it keeps the last `event_buffer` changed objects alive until they are overwritten.
     pub event_buffer: usize,
+    /// How many prepared statements each connection keeps for reuse (each holds its compiled
+    /// program, tens of KiB for a list): a store that serves few requests keeps few.
+    pub statement_cache: usize,
+}
+
+impl StoreOptions {
+    fn tuning(&self) -> schema::ConnectionTuning {
+        schema::ConnectionTuning {
+            page_cache_kib: self.page_cache_kib,
+            statement_cache: self.statement_cache,
+        }
+    }
 }
 
 impl Default for StoreOptions {
@@ -193,6 +206,7 @@ impl Default for StoreOptions {
             readers: 4,
             page_cache_kib: 2_048,
             event_buffer: 4_096,
+            statement_cache: 16,
         }
     }
 }
@@ -205,7 +219,7 @@ pub struct Store {
 
 struct Inner {
     path: PathBuf,
-    page_cache_kib: u32,
+    tuning: schema::ConnectionTuning,
     writes: std::sync::mpsc::SyncSender<writer::Request>,
     readers: Mutex<Vec<Connection>>,
     /// How many idle read connections are kept.
@@ -233,7 +247,7 @@ impl Store {
         // The database holds Secrets: created owner-only before SQLite opens it, and SQLite gives
         // the WAL and shared-memory files the database file's mode.
         create_private_file(path)?;
-        let conn = schema::open_writer(path, options.page_cache_kib)?;
+        let conn = schema::open_writer(path, options.tuning())?;
         let head: u64 = schema::read_meta(&conn, "head")?;
         let compacted: u64 = schema::read_meta(&conn, "compacted")?;
         let head = Arc::new(AtomicU64::new(head));
@@ -242,11 +256,11 @@ impl Store {
         let (writes, requests) = std::sync::mpsc::sync_channel(options.max_batch * 4);
         let mut readers = Vec::with_capacity(options.readers);
         for _ in 0..options.readers {
-            readers.push(schema::open_reader(path, options.page_cache_kib)?);
+            readers.push(schema::open_reader(path, options.tuning())?);
         }
         let undecodable = match readers.first() {
             Some(conn) => scan_undecodable(conn)?,
-            None => scan_undecodable(&schema::open_reader(path, options.page_cache_kib)?)?,
+            None => scan_undecodable(&schema::open_reader(path, options.tuning())?)?,
         };
         for key in &undecodable {
             // The key only: the row's text may hold secrets.
@@ -272,7 +286,7 @@ impl Store {
         Ok(Self {
             inner: Arc::new(Inner {
                 path: path.to_path_buf(),
-                page_cache_kib: options.page_cache_kib,
+                tuning: options.tuning(),
                 writes,
                 readers: Mutex::new(readers),
                 idle_readers: options.readers.max(1),
@@ -587,7 +601,7 @@ impl Store {
             let pooled = inner.readers.lock().map_err(|_| StoreError::Closed)?.pop();
             let conn = match pooled {
                 Some(conn) => conn,
-                None => schema::open_reader(&inner.path, inner.page_cache_kib)?,
+                None => schema::open_reader(&inner.path, inner.tuning)?,
             };
             let result = f(&conn);
             if let Ok(mut pool) = inner.readers.lock()
@@ -672,7 +686,7 @@ pub fn backup_file(database: &Path, target: &Path) -> Result<(), StoreError> {
             source: std::io::Error::new(std::io::ErrorKind::NotFound, "no store here"),
         });
     }
-    let conn = schema::open_reader(database, StoreOptions::default().page_cache_kib)?;
+    let conn = schema::open_reader(database, StoreOptions::default().tuning())?;
     snapshot_into(&conn, target)
 }
 

@@ -45,11 +45,21 @@ CREATE TABLE IF NOT EXISTS meta (
 INSERT OR IGNORE INTO meta (key, value) VALUES ('head', 0), ('compacted', 0), ('schema', 2);
 ";
 
-fn configure(conn: &Connection, page_cache_kib: u32) -> Result<(), StoreError> {
+/// What each connection of a store keeps in memory.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ConnectionTuning {
+    /// The page cache, in KiB.
+    pub page_cache_kib: u32,
+    /// How many prepared statements are kept for reuse.
+    pub statement_cache: usize,
+}
+
+fn configure(conn: &Connection, tuning: ConnectionTuning) -> Result<(), StoreError> {
     conn.busy_timeout(Duration::from_secs(10))?;
     conn.pragma_update(None, "foreign_keys", "OFF")?;
     // A negative cache_size is a size in KiB rather than a count of pages.
-    conn.pragma_update(None, "cache_size", -i64::from(page_cache_kib.max(1)))?;
+    conn.pragma_update(None, "cache_size", -i64::from(tuning.page_cache_kib.max(1)))?;
+    conn.set_prepared_statement_cache_capacity(tuning.statement_cache);
     Ok(())
 }
 
@@ -58,9 +68,12 @@ const SCHEMA: u64 = 2;
 
 /// The one read-write connection, owned by the writer thread. A store of an older layout is brought
 /// up to date in one transaction (the label index is filled from the stored objects).
-pub(crate) fn open_writer(path: &Path, page_cache_kib: u32) -> Result<Connection, StoreError> {
+pub(crate) fn open_writer(
+    path: &Path,
+    tuning: ConnectionTuning,
+) -> Result<Connection, StoreError> {
     let mut conn = Connection::open(path)?;
-    configure(&conn, page_cache_kib)?;
+    configure(&conn, tuning)?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.execute_batch(DDL)?;
@@ -78,14 +91,17 @@ pub(crate) fn open_writer(path: &Path, page_cache_kib: u32) -> Result<Connection
 }
 
 /// A read-only connection for the reader pool.
-pub(crate) fn open_reader(path: &Path, page_cache_kib: u32) -> Result<Connection, StoreError> {
+pub(crate) fn open_reader(
+    path: &Path,
+    tuning: ConnectionTuning,
+) -> Result<Connection, StoreError> {
     let conn = Connection::open_with_flags(
         path,
         OpenFlags::SQLITE_OPEN_READ_ONLY
             | OpenFlags::SQLITE_OPEN_NO_MUTEX
             | OpenFlags::SQLITE_OPEN_URI,
     )?;
-    configure(&conn, page_cache_kib)?;
+    configure(&conn, tuning)?;
     Ok(conn)
 }
 
@@ -104,6 +120,13 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
+    fn tuning(page_cache_kib: u32) -> ConnectionTuning {
+        ConnectionTuning {
+            page_cache_kib,
+            statement_cache: 16,
+        }
+    }
+
     fn cache_size(conn: &Connection) -> i64 {
         conn.query_row("PRAGMA cache_size", [], |r| r.get(0))
             .unwrap()
@@ -113,11 +136,11 @@ mod tests {
     fn every_connection_gets_the_page_cache_it_was_given() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.db");
-        let writer = open_writer(&path, 256).unwrap();
-        let reader = open_reader(&path, 128).unwrap();
+        let writer = open_writer(&path, tuning(256)).unwrap();
+        let reader = open_reader(&path, tuning(128)).unwrap();
         assert_eq!(cache_size(&writer), -256);
         assert_eq!(cache_size(&reader), -128);
         // Zero would mean "no cache" to SQLite's reckoning of pages; the smallest honoured is 1 KiB.
-        assert_eq!(cache_size(&open_reader(&path, 0).unwrap()), -1);
+        assert_eq!(cache_size(&open_reader(&path, tuning(0)).unwrap()), -1);
     }
 }
