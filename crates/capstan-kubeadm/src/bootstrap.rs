@@ -973,12 +973,13 @@ impl Reconciler for BootstrapController {
         client: &Client,
         objects: &ObjectCaches,
     ) -> Controller<KubeadmConfig> {
-        // Owned ConfigMaps (the node's report) wake their config after the process's cache of
-        // ConfigMaps has recorded the change, so each pass reads the report from memory.
+        // Report ConfigMaps wake their config after the process's cache of them has recorded the
+        // change, so each pass reads the report from memory, its absence included. Only the
+        // labelled reports are followed, not every ConfigMap of the management cluster.
         let controller = watches_cached(
             controller,
             client,
-            objects.typed::<ConfigMap>(),
+            objects.typed_labelled::<ConfigMap>(report::REPORT_LABEL),
             |map: ConfigMap| owners_of_kind::<KubeadmConfig, _>(&map),
         );
         watches_cached(
@@ -1117,8 +1118,8 @@ impl Reconciler for BootstrapController {
         let report_name = report::report_object_name(&name);
         let summary = context
             .objects()
-            .typed::<ConfigMap>()
-            .get(&namespace, &report_name)
+            .typed_labelled::<ConfigMap>(report::REPORT_LABEL)
+            .get_watched(&namespace, &report_name)
             .await
             .map_err(api_error("reading", "ConfigMap", &namespace, &report_name))?
             .and_then(|m| m.data.clone())

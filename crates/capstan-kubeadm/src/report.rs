@@ -55,6 +55,10 @@ pub const REASON_SUCCEEDED: &str = "BootstrapSucceeded";
 /// Largest report body accepted.
 pub const MAX_BODY: usize = 16 * 1024;
 
+/// Label on every report ConfigMap (its value: the KubeadmConfig's name). Readers follow the
+/// ConfigMaps with this label only, not every ConfigMap of the management cluster.
+pub const REPORT_LABEL: &str = "bootstrap.capstan.io/report";
+
 /// The name of the Secret holding a config's report token (and of the ConfigMap of its reports).
 pub fn report_object_name(config: &str) -> String {
     format!("{config}-bootstrap-report")
@@ -309,11 +313,13 @@ async fn store(
     if maps.get_opt(&name).await?.is_none() {
         let configs: Api<KubeadmConfig> = Api::namespaced(client.clone(), namespace);
         let owner = configs.get(config).await?;
+        let mut labels = owner.meta().labels.clone().unwrap_or_default();
+        labels.insert(REPORT_LABEL.to_owned(), config.to_owned());
         let map = ConfigMap {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
                 namespace: Some(namespace.to_owned()),
-                labels: owner.meta().labels.clone(),
+                labels: Some(labels),
                 owner_references: Some(vec![OwnerReference {
                     api_version: KubeadmConfig::api_version(&()).into_owned(),
                     kind: KubeadmConfig::kind(&()).into_owned(),
@@ -332,7 +338,12 @@ async fn store(
             Err(err) => return Err(err),
         }
     }
-    let patch = serde_json::json!({"data": {key: value}});
+    // The label again: a report ConfigMap an earlier version created without it is labelled by
+    // the next step.
+    let patch = serde_json::json!({
+        "metadata": {"labels": {REPORT_LABEL: config}},
+        "data": {key: value},
+    });
     maps.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
     Ok(())

@@ -209,6 +209,8 @@ fn log_watch_error(kind: &str, err: &watcher::Error) {
 struct TableInner<K: Resource, V> {
     api: Api<K>,
     kind: String,
+    /// When set, only objects carrying this label are held (and watched).
+    label: Option<&'static str>,
     shutdown: CancellationToken,
     started: AtomicBool,
     table: Mutex<Table<V>>,
@@ -257,6 +259,7 @@ where
             inner: Arc::new(TableInner {
                 api,
                 kind: kind.into(),
+                label: None,
                 shutdown,
                 started: AtomicBool::new(false),
                 table: Mutex::new(Table::default()),
@@ -278,6 +281,38 @@ where
             }
             Err(inner) => Self { inner },
         }
+    }
+
+    /// The same table, holding only the objects that carry `label` (before first use): its watch
+    /// asks the API for those alone, so a kind of which the readers need a few objects (reports
+    /// among every ConfigMap of a management cluster) costs memory for those few.
+    #[must_use]
+    pub fn with_label(self, label: &'static str) -> Self {
+        match Arc::try_unwrap(self.inner) {
+            Ok(mut inner) => {
+                inner.label = Some(label);
+                Self {
+                    inner: Arc::new(inner),
+                }
+            }
+            Err(inner) => Self { inner },
+        }
+    }
+
+    /// How a watch of the objects this table holds is set up (the table's own, and a trigger's
+    /// that feeds it).
+    pub fn watch_config(&self) -> watcher::Config {
+        match self.inner.label {
+            Some(label) => watcher::Config::default().labels(label),
+            None => watcher::Config::default(),
+        }
+    }
+
+    /// Whether the table holds objects like `object` (it carries the table's label, if any).
+    fn holds_kind_of(&self, object: &K) -> bool {
+        self.inner
+            .label
+            .is_none_or(|label| object.labels().contains_key(label))
     }
 
     fn table(&self) -> MutexGuard<'_, Table<V>> {
@@ -310,7 +345,10 @@ where
     /// Records `object` as seen by another watch or written by this process, unless a newer
     /// version is already known.
     pub fn observe(&self, object: &K) {
-        self.table().record(object, false, self.inner.project);
+        // An object the table's watch does not follow would never be updated.
+        if self.holds_kind_of(object) {
+            self.table().record(object, false, self.inner.project);
+        }
     }
 
     /// Records that `object` was deleted (seen by another watch, or deleted by this process).
@@ -337,9 +375,10 @@ where
         let table = self.clone();
         let api = self.inner.api.clone();
         let shutdown = self.inner.shutdown.clone();
+        let config = self.watch_config();
         tokio::spawn(async move {
             use futures::StreamExt;
-            let stream = watcher(api, watcher::Config::default()).default_backoff();
+            let stream = watcher(api, config).default_backoff();
             let mut stream = std::pin::pin!(stream);
             let project = table.inner.project;
             loop {
@@ -462,6 +501,16 @@ where
         &self.table
     }
 
+    /// The same cache, holding only the objects that carry `label` (see
+    /// [`WatchTable::with_label`]); the others are read live each time.
+    #[must_use]
+    pub fn with_label(self, label: &'static str) -> Self {
+        Self {
+            table: self.table.with_label(label),
+            namespaced: self.namespaced,
+        }
+    }
+
     /// Whether the first list has been read.
     pub fn is_synced(&self) -> bool {
         self.table.is_synced()
@@ -481,6 +530,22 @@ where
     pub async fn get(&self, namespace: &str, name: &str) -> Result<Option<Arc<K>>, kube::Error> {
         match self.table.lookup(namespace, name) {
             Entry::Held { value, .. } => Ok(Some(value)),
+            Entry::Unknown => self.get_live(namespace, name).await,
+        }
+    }
+
+    /// `name` in `namespace` as the watch last delivered it, absence included, once the first list
+    /// is complete (before that, read live). Only for readers that the kind's changes wake (a
+    /// trigger that feeds this cache, as [`crate::watches::watches_cached`] sets up): an object
+    /// created after the answer wakes them again, so "not there yet" costs no request.
+    pub async fn get_watched(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Arc<K>>, kube::Error> {
+        match self.table.lookup(namespace, name) {
+            Entry::Held { value, .. } => Ok(Some(value)),
+            Entry::Unknown if self.table.is_synced() => Ok(None),
             Entry::Unknown => self.get_live(namespace, name).await,
         }
     }
@@ -581,6 +646,18 @@ impl ObjectCaches {
         self.of(format!("typed {}", std::any::type_name::<K>()), || {
             ObjectCache::typed(self.client.clone(), self.shutdown.clone())
         })
+    }
+
+    /// The cache of the objects of the namespaced kind `K` that carry `label` (see
+    /// [`WatchTable::with_label`]).
+    pub fn typed_labelled<K>(&self, label: &'static str) -> ObjectCache<K>
+    where
+        K: CachedKind,
+    {
+        self.of(
+            format!("typed {} labelled {label}", std::any::type_name::<K>()),
+            || ObjectCache::typed(self.client.clone(), self.shutdown.clone()).with_label(label),
+        )
     }
 
     /// The cache of the namespaced kind `resource`, read untyped.

@@ -128,16 +128,15 @@ where
     I: 'static + IntoIterator<Item = ObjectRef<K>>,
     I::IntoIter: Send,
 {
-    let changed = watcher(
-        Api::<Other>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .inspect(move |event| {
-        if let Ok(event) = event {
-            cache.observe_event(event);
-        }
-    })
+    // The same objects the cache holds (all of the kind, or those with its label).
+    let config = cache.table().watch_config();
+    let changed = watcher(Api::<Other>::all(client.clone()), config)
+        .default_backoff()
+        .inspect(move |event| {
+            if let Ok(event) = event {
+                cache.observe_event(event);
+            }
+        })
     .touched_objects();
     controller.watches_stream(changed, mapper)
 }

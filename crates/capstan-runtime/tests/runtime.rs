@@ -622,3 +622,62 @@ async fn an_object_cache_answers_from_its_watch_and_reads_live_what_it_does_not_
     assert!(cache.get("default", "before").await.unwrap().is_none());
     shutdown.cancel();
 }
+
+#[tokio::test]
+async fn a_labelled_cache_holds_only_the_labelled_objects_and_answers_their_absence_from_memory() {
+    use capstan_runtime::tables::ObjectCache;
+    let (_dir, client) = api().await;
+    let shutdown = CancellationToken::new();
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let map = |name: &str, labelled: bool| ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: labelled.then(|| [("report".to_owned(), name.to_owned())].into()),
+            ..ObjectMeta::default()
+        },
+        ..ConfigMap::default()
+    };
+    for (name, labelled) in [("plain", false), ("report-a", true)] {
+        maps.create(&PostParams::default(), &map(name, labelled))
+            .await
+            .unwrap();
+    }
+    let cache: ObjectCache<ConfigMap> =
+        ObjectCache::typed(client.clone(), shutdown.clone()).with_label("report");
+    // Before the first list, absence is read live.
+    assert!(
+        cache
+            .get_watched("default", "report-a")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    until("the first list", || cache.is_synced()).await;
+    assert!(cache.peek("default", "report-a").is_some());
+    // An object without the label is read live every time and never held: no watch would update it.
+    assert!(cache.get("default", "plain").await.unwrap().is_some());
+    assert!(cache.peek("default", "plain").is_none());
+    assert_eq!(cache.table().len(), 1);
+    // Once listed, a labelled object that does not exist is answered from memory...
+    assert!(
+        cache
+            .get_watched("default", "report-b")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // ... and one created later arrives through the watch.
+    maps.create(&PostParams::default(), &map("report-b", true))
+        .await
+        .unwrap();
+    until("the new report", || cache.peek("default", "report-b").is_some()).await;
+    assert!(
+        cache
+            .get_watched("default", "report-b")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert_eq!(cache.table().len(), 2);
+    shutdown.cancel();
+}
