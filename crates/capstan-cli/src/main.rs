@@ -12,6 +12,7 @@
 
 mod client;
 mod cmd;
+mod malloc;
 mod output;
 mod provisioning;
 

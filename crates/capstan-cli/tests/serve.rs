@@ -1130,3 +1130,46 @@ fn the_service_account_issuer_and_api_audiences_are_set_by_flags() {
     assert!(stderr.contains("--service-account-issuer"), "{stderr}");
     assert!(!String::from_utf8_lossy(&out.stdout).contains("ready at"));
 }
+
+/// The value of `GLIBC_TUNABLES` in the environment of process `pid`.
+fn tunables_of(pid: u32) -> Option<String> {
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    environ
+        .split(|b| *b == 0)
+        .filter_map(|entry| std::str::from_utf8(entry).ok())
+        .find_map(|entry| entry.strip_prefix("GLIBC_TUNABLES=").map(str::to_owned))
+}
+
+#[test]
+fn serve_limits_malloc_arenas_unless_the_environment_sets_its_own_tunables() {
+    let dir = tempfile::tempdir().unwrap();
+    // By default the server runs (as the same process) with two malloc arenas.
+    let server = serve(&dir.path().join("a"), free_port(), &["--no-controllers"]);
+    assert_eq!(
+        tunables_of(server.child.id()).as_deref(),
+        Some("glibc.malloc.arena_max=2:glibc.malloc.trim_threshold=1048576")
+    );
+    drop(server);
+    // Tunables the environment gives (even none) are kept.
+    for given in ["glibc.malloc.arena_max=4", ""] {
+        let data = dir.path().join(format!("b{}", given.len()));
+        let mut child = Command::new(env!("CARGO_BIN_EXE_capstan"))
+            .env("GLIBC_TUNABLES", given)
+            .args(["serve", "--no-controllers", "--data-dir"])
+            .arg(&data)
+            .args(["--listen", &format!("127.0.0.1:{}", free_port())])
+            .args(["--provisioning-listen", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(line.contains("ready at"), "unexpected first line: {line:?}");
+        assert_eq!(tunables_of(child.id()).as_deref(), Some(given));
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+}
