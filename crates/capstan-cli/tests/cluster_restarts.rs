@@ -220,10 +220,11 @@ fn sigkill_during_creation_and_rollout_loses_nothing_and_claims_nothing_twice() 
     let watch = HostWatch::start(&kc, rv, seen.clone(), errors.clone());
 
     // Kill 2: the control plane is initialised, the others are joining.
-    until(
+    until_explained(
         "one Machine Running, not all",
         Duration::from_secs(180),
         &log,
+        || cluster_state(&kc),
         || {
             let machines = try_items(&kc, "machines.v1beta2.cluster.x-k8s.io")?;
             let running = machines
@@ -244,10 +245,11 @@ fn sigkill_during_creation_and_rollout_loses_nothing_and_claims_nothing_twice() 
     let kc = server.kubeconfig.clone();
     let watch = HostWatch::start(&kc, rv, seen.clone(), errors.clone());
 
-    let up = until(
+    let up = until_explained(
         "4 machines Running after the restarts",
         Duration::from_secs(240),
         &log,
+        || cluster_state(&kc),
         || machines_running(&kc, 4),
     );
     until("Cluster Provisioned", Duration::from_secs(60), &log, || {
@@ -288,10 +290,11 @@ fn sigkill_during_creation_and_rollout_loses_nothing_and_claims_nothing_twice() 
             .to_string(),
         ],
     );
-    until(
+    until_explained(
         "the rollout under way",
         Duration::from_secs(180),
         &log,
+        || cluster_state(&kc),
         || {
             let machines = try_items(&kc, "machines.v1beta2.cluster.x-k8s.io")?;
             let new = machines
@@ -315,10 +318,11 @@ fn sigkill_during_creation_and_rollout_loses_nothing_and_claims_nothing_twice() 
     let kc = server.kubeconfig.clone();
     let watch = HostWatch::start(&kc, rv, seen.clone(), errors.clone());
 
-    let done = until(
+    let done = until_explained(
         "the rollout finished after the restart",
         Duration::from_secs(300),
         &log,
+        || cluster_state(&kc),
         || {
             let machines = machines_running(&kc, 4)?;
             let new = machines
