@@ -1935,13 +1935,13 @@ fn after_delete(
     Ok(())
 }
 
-/// Deletes (or, with finalizers, marks for deletion) one stored object. `options` is a DeleteOptions.
-pub(crate) async fn delete_one(
-    state: &ApiState,
+/// The caller's delete preconditions (`uid`, `resourceVersion`) against `current`: a mismatch is a
+/// conflict that is the caller's to resolve, never retried.
+fn check_delete_preconditions(
     request: &Request,
-    current: StoredObject,
+    current: &StoredObject,
     options: &Value,
-) -> Result<Value, ApiError> {
+) -> Result<(), ApiError> {
     let name = current.key.name.clone();
     if let Some(expected) = options["preconditions"]["resourceVersion"].as_str()
         && expected != current.resource_version.to_string()
@@ -1956,7 +1956,7 @@ pub(crate) async fn delete_one(
             ),
         });
     }
-    let mut object = stored_value(&current)?;
+    let object = stored_value(current)?;
     if let Some(uid) = options["preconditions"]["uid"].as_str()
         && object["metadata"]["uid"].as_str() != Some(uid)
     {
@@ -1969,6 +1969,18 @@ pub(crate) async fn delete_one(
             ),
         });
     }
+    Ok(())
+}
+
+/// Deletes (or, with finalizers, marks for deletion) one stored object. `options` is a DeleteOptions.
+pub(crate) async fn delete_one(
+    state: &ApiState,
+    request: &Request,
+    current: StoredObject,
+    options: &Value,
+) -> Result<Value, ApiError> {
+    check_delete_preconditions(request, &current, options)?;
+    let mut object = stored_value(&current)?;
     let policy = options["propagationPolicy"].as_str().or_else(|| {
         options["orphanDependents"]
             .as_bool()
@@ -2039,11 +2051,12 @@ async fn delete(state: Arc<ApiState>, request: Request, body: Bytes) -> Result<R
             }
             found => found?.ok_or_else(|| request.not_found(&name))?,
         };
+        // A mismatch with the caller's preconditions is theirs; with them met on this read, a
+        // conflict is another writer's change since it (a controller's status beside a garbage
+        // collector's delete guarded by uid), retried on a fresh read as kube-apiserver does.
+        check_delete_preconditions(&request, &current, &options)?;
         match delete_one(&state, &request, current, &options).await {
-            // A conflict with our own read is retried; one with the caller's preconditions is theirs.
-            Err(ApiError::Conflict { .. }) if options["preconditions"].is_null() => {
-                continue;
-            }
+            Err(ApiError::Conflict { .. }) => continue,
             Err(err) => return Err(err),
             Ok(object) => return Ok(json_response(StatusCode::OK, &object, &[])),
         }

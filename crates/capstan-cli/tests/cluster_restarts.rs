@@ -27,10 +27,33 @@ use std::io::BufReader;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use support::*;
 
 const NEW: &str = "v1.32.1";
+
+/// What the steps of the restart test share: nextest terminates a test after 300 s
+/// (`.config/nextest.toml`), so a step stuck near the end fails with its own diagnosis (which
+/// step, the objects' state, the server log) just before, instead of being killed without one.
+const TEST_BUDGET: Duration = Duration::from_secs(285);
+
+/// A deadline shared by several steps.
+struct Budget {
+    end: Instant,
+}
+
+impl Budget {
+    fn new(total: Duration) -> Self {
+        Budget {
+            end: Instant::now() + total,
+        }
+    }
+
+    /// `limit`, or what is left of the budget when that is less.
+    fn step(&self, limit: Duration) -> Duration {
+        limit.min(self.end.saturating_duration_since(Instant::now()))
+    }
+}
 
 /// One observed state of a host: (resourceVersion, host, consumer).
 type Sighting = (u64, String, Option<String>);
@@ -172,6 +195,7 @@ fn machine_names(kc: &Path) -> BTreeSet<String> {
 
 #[test]
 fn sigkill_during_creation_and_rollout_loses_nothing_and_claims_nothing_twice() {
+    let budget = Budget::new(TEST_BUDGET);
     let work = tempfile::tempdir().unwrap();
     let spec = capi_1_spec(work.path(), |text| text);
     let bundle = work.path().join("bundle");
@@ -199,7 +223,7 @@ fn sigkill_during_creation_and_rollout_loses_nothing_and_claims_nothing_twice() 
     // Kill 1: a host is claimed, no Machine has a Node yet.
     until(
         "a host claimed before any Machine runs",
-        Duration::from_secs(120),
+        budget.step(Duration::from_secs(120)),
         &log,
         || {
             let claimed = consumers(&kc)?;
@@ -220,10 +244,11 @@ fn sigkill_during_creation_and_rollout_loses_nothing_and_claims_nothing_twice() 
     let watch = HostWatch::start(&kc, rv, seen.clone(), errors.clone());
 
     // Kill 2: the control plane is initialised, the others are joining.
-    until(
+    until_explained(
         "one Machine Running, not all",
-        Duration::from_secs(180),
+        budget.step(Duration::from_secs(180)),
         &log,
+        || cluster_state(&kc),
         || {
             let machines = try_items(&kc, "machines.v1beta2.cluster.x-k8s.io")?;
             let running = machines
@@ -244,15 +269,19 @@ fn sigkill_during_creation_and_rollout_loses_nothing_and_claims_nothing_twice() 
     let kc = server.kubeconfig.clone();
     let watch = HostWatch::start(&kc, rv, seen.clone(), errors.clone());
 
-    let up = until(
+    let up = until_explained(
         "4 machines Running after the restarts",
-        Duration::from_secs(240),
+        budget.step(Duration::from_secs(240)),
         &log,
+        || cluster_state(&kc),
         || machines_running(&kc, 4),
     );
-    until("Cluster Provisioned", Duration::from_secs(60), &log, || {
-        cluster_provisioned(&kc, "capi-1")
-    });
+    until(
+        "Cluster Provisioned",
+        budget.step(Duration::from_secs(60)),
+        &log,
+        || cluster_provisioned(&kc, "capi-1"),
+    );
     let up: BTreeSet<String> = up.iter().map(|m| name(m).to_owned()).collect();
     for (kill, before) in [(1, &at_kill_1), (2, &at_kill_2)] {
         let lost: Vec<&String> = before.difference(&up).collect();
@@ -262,15 +291,20 @@ fn sigkill_during_creation_and_rollout_loses_nothing_and_claims_nothing_twice() 
         );
     }
     let workload = work.path().join("capi-1.kubeconfig");
-    until("workload kubeconfig", Duration::from_secs(60), &log, || {
-        workload_kubeconfig(&kc, "capi-1", &workload)?;
-        let nodes = try_items(&workload, "nodes")?;
-        if nodes.len() == 4 {
-            Ok(())
-        } else {
-            Err(format!("{} nodes", nodes.len()))
-        }
-    });
+    until(
+        "workload kubeconfig",
+        budget.step(Duration::from_secs(60)),
+        &log,
+        || {
+            workload_kubeconfig(&kc, "capi-1", &workload)?;
+            let nodes = try_items(&workload, "nodes")?;
+            if nodes.len() == 4 {
+                Ok(())
+            } else {
+                Err(format!("{} nodes", nodes.len()))
+            }
+        },
+    );
     let inits = kubeadm_inits(&workload).unwrap();
     assert_eq!(inits.len(), 1, "kubeadm init ran on {inits:?}");
 
@@ -288,10 +322,11 @@ fn sigkill_during_creation_and_rollout_loses_nothing_and_claims_nothing_twice() 
             .to_string(),
         ],
     );
-    until(
+    until_explained(
         "the rollout under way",
-        Duration::from_secs(180),
+        budget.step(Duration::from_secs(180)),
         &log,
+        || cluster_state(&kc),
         || {
             let machines = try_items(&kc, "machines.v1beta2.cluster.x-k8s.io")?;
             let new = machines
@@ -315,10 +350,11 @@ fn sigkill_during_creation_and_rollout_loses_nothing_and_claims_nothing_twice() 
     let kc = server.kubeconfig.clone();
     let watch = HostWatch::start(&kc, rv, seen.clone(), errors.clone());
 
-    let done = until(
+    let done = until_explained(
         "the rollout finished after the restart",
-        Duration::from_secs(300),
+        budget.step(Duration::from_secs(300)),
         &log,
+        || cluster_state(&kc),
         || {
             let machines = machines_running(&kc, 4)?;
             let new = machines
@@ -345,15 +381,20 @@ fn sigkill_during_creation_and_rollout_loses_nothing_and_claims_nothing_twice() 
             machine["spec"]["version"]
         );
     }
-    until("4 Nodes at the end", Duration::from_secs(60), &log, || {
-        workload_kubeconfig(&kc, "capi-1", &workload)?;
-        let nodes = try_items(&workload, "nodes")?;
-        if nodes.len() == 4 {
-            Ok(())
-        } else {
-            Err(format!("{} nodes", nodes.len()))
-        }
-    });
+    until(
+        "4 Nodes at the end",
+        budget.step(Duration::from_secs(60)),
+        &log,
+        || {
+            workload_kubeconfig(&kc, "capi-1", &workload)?;
+            let nodes = try_items(&workload, "nodes")?;
+            if nodes.len() == 4 {
+                Ok(())
+            } else {
+                Err(format!("{} nodes", nodes.len()))
+            }
+        },
+    );
     let inits = kubeadm_inits(&workload).unwrap();
     assert_eq!(inits.len(), 1, "kubeadm init ran on {inits:?}");
 

@@ -24,6 +24,15 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// Waits for `child` (a `capstan serve` with piped stdout) to print its ready line.
+fn wait_ready(child: &mut std::process::Child, what: &str) {
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.contains("ready at"), "{what}: unexpected first line: {line:?}");
+}
+
 /// Starts `capstan serve` and returns once it printed its ready line.
 fn serve(data_dir: &Path, port: u16, extra: &[&str]) -> Serve {
     serve_logging(data_dir, port, extra, None)
@@ -52,11 +61,7 @@ fn serve_logging(data_dir: &Path, port: u16, extra: &[&str], log: Option<&Path>)
         .stderr(stderr)
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert!(line.contains("ready at"), "unexpected first line: {line:?}");
+    wait_ready(&mut child, "capstan serve");
     Serve {
         child,
         kubeconfig: data_dir.join("kubeconfig"),
@@ -928,11 +933,7 @@ fn a_second_serve_on_another_port_finds_its_own_provisioning_port() {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert!(line.contains("ready at"), "{name}: {line:?}");
+        wait_ready(&mut child, name);
         Serve {
             kubeconfig: dir.path().join(name).join("kubeconfig"),
             child,
@@ -1163,11 +1164,7 @@ fn serve_limits_malloc_arenas_unless_the_environment_sets_its_own_tunables() {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert!(line.contains("ready at"), "unexpected first line: {line:?}");
+        wait_ready(&mut child, given);
         assert_eq!(tunables_of(child.id()).as_deref(), Some(given));
         child.kill().unwrap();
         child.wait().unwrap();

@@ -660,9 +660,11 @@ impl ObjectCaches {
         )
     }
 
-    /// The cache of the namespaced kind `resource`, read untyped.
+    /// The cache of the namespaced kind `resource`, read untyped: one per kind and version (the
+    /// kinds of one group version, Metal3Machine and Metal3Cluster, each have their own).
     pub fn dynamic(&self, resource: &ApiResource) -> ObjectCache<DynamicObject> {
-        self.of(format!("dynamic {}", resource.api_version), || {
+        let key = format!("dynamic {} {}", resource.api_version, resource.kind);
+        self.of(key, || {
             ObjectCache::dynamic(self.client.clone(), self.shutdown.clone(), resource)
         })
         .clone()

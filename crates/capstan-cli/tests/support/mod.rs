@@ -157,17 +157,40 @@ pub fn until<T>(
     what: &str,
     limit: Duration,
     log: &Path,
+    check: impl FnMut() -> Result<T, String>,
+) -> T {
+    until_explained(what, limit, log, String::new, check)
+}
+
+/// [`until`], whose failure also shows `explain()` (the state of the objects involved, read once
+/// at the deadline). Each step's start and end are printed with the time, so that a run killed
+/// from outside (a test runner's time limit) still says which step it was in.
+pub fn until_explained<T>(
+    what: &str,
+    limit: Duration,
+    log: &Path,
+    explain: impl FnOnce() -> String,
     mut check: impl FnMut() -> Result<T, String>,
 ) -> T {
-    let deadline = Instant::now() + limit;
+    let started = Instant::now();
+    let deadline = started + limit;
+    eprintln!("[{}] waiting for {what}", jiff::Timestamp::now());
     loop {
         match check() {
-            Ok(value) => return value,
+            Ok(value) => {
+                eprintln!(
+                    "[{}] {what}: after {:.1?}",
+                    jiff::Timestamp::now(),
+                    started.elapsed()
+                );
+                return value;
+            }
             Err(last) if Instant::now() > deadline => {
                 let log = std::fs::read_to_string(log).unwrap_or_default();
                 let tail: Vec<&str> = log.lines().rev().take(60).collect();
                 panic!(
-                    "{what}: not within {limit:?}: {last}\n--- server log (last lines) ---\n{}",
+                    "{what}: not within {limit:?}: {last}\n--- state ---\n{}\n--- server log (last lines) ---\n{}",
+                    explain(),
                     tail.into_iter().rev().collect::<Vec<_>>().join("\n")
                 );
             }
@@ -327,4 +350,70 @@ pub fn consumers(kubeconfig: &Path) -> Result<Vec<(String, String)>, String> {
             Some((consumer.to_owned(), name(h).to_owned()))
         })
         .collect())
+}
+
+/// What a cluster test that waits on Machines needs to see when it gets stuck: each Machine
+/// (phase, version, node, deletion), each Metal3Machine (its owner, deletion, `Ready` reason) and
+/// each BareMetalHost (provisioning state, consumer).
+pub fn cluster_state(kubeconfig: &Path) -> String {
+    let mut lines = Vec::new();
+    let deleting = |o: &Value| {
+        if o["metadata"]["deletionTimestamp"].is_string() {
+            " deleting"
+        } else {
+            ""
+        }
+    };
+    let ready = |o: &Value| {
+        o["status"]["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
+            .map(|c| format!("Ready={} {}: {}", c["status"], c["reason"], c["message"]))
+            .unwrap_or_default()
+    };
+    for (resource, describe) in [
+        (
+            "machines.v1beta2.cluster.x-k8s.io",
+            &(|m: &Value| {
+                format!(
+                    "Machine {} phase={} version={} node={}{} {}",
+                    name(m),
+                    m["status"]["phase"],
+                    m["spec"]["version"],
+                    m["status"]["nodeRef"]["name"],
+                    deleting(m),
+                    ready(m)
+                )
+            }) as &dyn Fn(&Value) -> String,
+        ),
+        ("metal3machines", &|m: &Value| {
+            let owners: Vec<&str> = m["metadata"]["ownerReferences"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|o| o["name"].as_str())
+                .collect();
+            format!(
+                "Metal3Machine {} owners={owners:?}{} {}",
+                name(m),
+                deleting(m),
+                ready(m)
+            )
+        }),
+        ("baremetalhosts", &|h: &Value| {
+            format!(
+                "BareMetalHost {} state={} consumer={}{}",
+                name(h),
+                h["status"]["provisioning"]["state"],
+                h["spec"]["consumerRef"]["name"],
+                deleting(h)
+            )
+        }),
+    ] {
+        match try_items(kubeconfig, resource) {
+            Ok(objects) => lines.extend(objects.iter().map(describe)),
+            Err(err) => lines.push(err),
+        }
+    }
+    lines.join("\n")
 }
