@@ -30,7 +30,10 @@ fn wait_ready(child: &mut std::process::Child, what: &str) {
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
-    assert!(line.contains("ready at"), "{what}: unexpected first line: {line:?}");
+    assert!(
+        line.contains("ready at"),
+        "{what}: unexpected first line: {line:?}"
+    );
 }
 
 /// Starts `capstan serve` and returns once it printed its ready line.

@@ -137,7 +137,7 @@ where
                 cache.observe_event(event);
             }
         })
-    .touched_objects();
+        .touched_objects();
     controller.watches_stream(changed, mapper)
 }
 

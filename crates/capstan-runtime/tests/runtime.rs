@@ -764,7 +764,10 @@ async fn a_labelled_cache_holds_only_the_labelled_objects_and_answers_their_abse
     maps.create(&PostParams::default(), &map("report-b", true))
         .await
         .unwrap();
-    until("the new report", || cache.peek("default", "report-b").is_some()).await;
+    until("the new report", || {
+        cache.peek("default", "report-b").is_some()
+    })
+    .await;
     assert!(
         cache
             .get_watched("default", "report-b")

@@ -316,7 +316,8 @@ mod tests {
                 page_cache_kib: 2_048,
                 statement_cache: 16,
             },
-        ).unwrap();
+        )
+        .unwrap();
         let selected = list_sql(
             "cluster.x-k8s.io/machines",
             Some("default"),

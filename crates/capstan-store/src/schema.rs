@@ -68,10 +68,7 @@ const SCHEMA: u64 = 2;
 
 /// The one read-write connection, owned by the writer thread. A store of an older layout is brought
 /// up to date in one transaction (the label index is filled from the stored objects).
-pub(crate) fn open_writer(
-    path: &Path,
-    tuning: ConnectionTuning,
-) -> Result<Connection, StoreError> {
+pub(crate) fn open_writer(path: &Path, tuning: ConnectionTuning) -> Result<Connection, StoreError> {
     let mut conn = Connection::open(path)?;
     configure(&conn, tuning)?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
@@ -91,10 +88,7 @@ pub(crate) fn open_writer(
 }
 
 /// A read-only connection for the reader pool.
-pub(crate) fn open_reader(
-    path: &Path,
-    tuning: ConnectionTuning,
-) -> Result<Connection, StoreError> {
+pub(crate) fn open_reader(path: &Path, tuning: ConnectionTuning) -> Result<Connection, StoreError> {
     let conn = Connection::open_with_flags(
         path,
         OpenFlags::SQLITE_OPEN_READ_ONLY
