@@ -127,9 +127,17 @@ fn start_libvirtd(dir: &Path, port: Option<u16>, settings: &str, sasl: &Path) ->
         port: port.unwrap_or_default(),
     };
     let deadline = Instant::now() + Duration::from_secs(30);
+    // Until `sh` has mounted the namespace's own /run/libvirt and exec'd libvirtd, the path seen
+    // through /proc is the host's socket (a libvirtd other tests started answers there): only
+    // once the process is libvirtd does the socket belong to this daemon.
+    let pid = daemon.child.id();
+    let is_libvirtd = || {
+        std::fs::read_link(format!("/proc/{pid}/exe"))
+            .is_ok_and(|exe| exe.file_name().is_some_and(|name| name == "libvirtd"))
+    };
     let answers = || match port {
         Some(port) => std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
-        None => std::os::unix::net::UnixStream::connect(&socket).is_ok(),
+        None => is_libvirtd() && std::os::unix::net::UnixStream::connect(&socket).is_ok(),
     };
     while !answers() {
         if let Ok(Some(status)) = daemon.child.try_wait() {
