@@ -9,7 +9,6 @@ mod support;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Error, ResourceExt};
 use serde_json::json;
 use std::sync::Arc;
@@ -35,18 +34,8 @@ fn is_conflict(result: &Result<impl std::fmt::Debug, Error>) -> bool {
 #[test]
 fn a_delete_guarded_by_uid_lands_beside_a_writer_and_a_wrong_precondition_conflicts() {
     let server = support::start();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let kubeconfig = Kubeconfig::read_from(&server.kubeconfig).unwrap();
-        let config =
-            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-                .await
-                .unwrap();
-        let client = kube::Client::try_from(config).unwrap();
+    support::racing_runtime().block_on(async {
+        let client = server.client().await;
         let maps: Api<ConfigMap> = Api::namespaced(client, "default");
         let held = |name: &str| -> ConfigMap {
             serde_json::from_value(json!({

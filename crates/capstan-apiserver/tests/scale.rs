@@ -9,24 +9,13 @@ mod support;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::json;
 
 #[test]
 fn scales_beside_a_status_writer_all_land_and_a_stale_version_conflicts() {
     let server = support::start();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let kubeconfig = Kubeconfig::read_from(&server.kubeconfig).unwrap();
-        let config =
-            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-                .await
-                .unwrap();
-        let client = kube::Client::try_from(config).unwrap();
+    support::racing_runtime().block_on(async {
+        let client = server.client().await;
         let deployments: Api<Deployment> = Api::namespaced(client, "default");
         let deployment: Deployment = serde_json::from_value(json!({
             "metadata": {"name": "web"},

@@ -193,6 +193,17 @@ fn machine_names(kc: &Path) -> BTreeSet<String> {
         .collect()
 }
 
+/// `Ok` once the workload cluster of capi-1 (its kubeconfig written to `workload`) has 4 Nodes.
+fn four_nodes(kc: &Path, workload: &Path) -> Result<(), String> {
+    workload_kubeconfig(kc, "capi-1", workload)?;
+    let nodes = try_items(workload, "nodes")?;
+    if nodes.len() == 4 {
+        Ok(())
+    } else {
+        Err(format!("{} nodes", nodes.len()))
+    }
+}
+
 #[test]
 fn sigkill_during_creation_and_rollout_loses_nothing_and_claims_nothing_twice() {
     let budget = Budget::new(TEST_BUDGET);
@@ -295,15 +306,7 @@ fn sigkill_during_creation_and_rollout_loses_nothing_and_claims_nothing_twice() 
         "workload kubeconfig",
         budget.step(Duration::from_secs(60)),
         &log,
-        || {
-            workload_kubeconfig(&kc, "capi-1", &workload)?;
-            let nodes = try_items(&workload, "nodes")?;
-            if nodes.len() == 4 {
-                Ok(())
-            } else {
-                Err(format!("{} nodes", nodes.len()))
-            }
-        },
+        || four_nodes(&kc, &workload),
     );
     let inits = kubeadm_inits(&workload).unwrap();
     assert_eq!(inits.len(), 1, "kubeadm init ran on {inits:?}");
@@ -385,15 +388,7 @@ fn sigkill_during_creation_and_rollout_loses_nothing_and_claims_nothing_twice() 
         "4 Nodes at the end",
         budget.step(Duration::from_secs(60)),
         &log,
-        || {
-            workload_kubeconfig(&kc, "capi-1", &workload)?;
-            let nodes = try_items(&workload, "nodes")?;
-            if nodes.len() == 4 {
-                Ok(())
-            } else {
-                Err(format!("{} nodes", nodes.len()))
-            }
-        },
+        || four_nodes(&kc, &workload),
     );
     let inits = kubeadm_inits(&workload).unwrap();
     assert_eq!(inits.len(), 1, "kubeadm init ran on {inits:?}");
