@@ -272,15 +272,7 @@ where
     /// The same table, reporting watch failures through `log_error` (before first use).
     #[must_use]
     pub fn with_error_log(self, log_error: ErrorLog) -> Self {
-        match Arc::try_unwrap(self.inner) {
-            Ok(mut inner) => {
-                inner.log_error = log_error;
-                Self {
-                    inner: Arc::new(inner),
-                }
-            }
-            Err(inner) => Self { inner },
-        }
+        self.configured(|inner| inner.log_error = log_error)
     }
 
     /// The same table, holding only the objects that carry `label` (before first use): its watch
@@ -288,9 +280,15 @@ where
     /// among every ConfigMap of a management cluster) costs memory for those few.
     #[must_use]
     pub fn with_label(self, label: &'static str) -> Self {
+        self.configured(|inner| inner.label = Some(label))
+    }
+
+    /// The same table with `change` made to its settings; only before first use, while no clone
+    /// shares it (a shared table is returned unchanged).
+    fn configured(self, change: impl FnOnce(&mut TableInner<K, V>)) -> Self {
         match Arc::try_unwrap(self.inner) {
             Ok(mut inner) => {
-                inner.label = Some(label);
+                change(&mut inner);
                 Self {
                     inner: Arc::new(inner),
                 }
