@@ -254,6 +254,9 @@ struct Node {
     seen: Option<Seen>,
     /// The uids of the objects that name this one as an owner.
     dependents: HashSet<String>,
+    /// A watch saw it go: a live read made before that (still in flight then) must not bring it
+    /// back as present.
+    gone: bool,
 }
 
 /// The owner graph: objects with owners, objects named as owners, and owners awaiting the
@@ -327,13 +330,32 @@ impl Graph {
                 }
             }
         }
-        self.nodes.entry(uid.clone()).or_default().seen = Some(Seen {
+        let node = self.nodes.entry(uid.clone()).or_default();
+        node.seen = Some(Seen {
             kind: kind.clone(),
             object,
             epoch,
         });
+        node.gone = false;
         self.prune(&uid);
         wake
+    }
+
+    /// Records an owner an item read live, if the graph knows it only by reference and no watch
+    /// has seen it go since: a watch's view is never replaced by an older read, and a read that
+    /// raced the owner's deletion must not leave it looking present for good (its dependents would
+    /// keep the dangling reference).
+    fn learn(&mut self, kind: &Arc<Kind>, owner: &Lean, epoch: u64) {
+        if let Some(node) = self.nodes.get_mut(&owner.uid)
+            && node.seen.is_none()
+            && !node.gone
+        {
+            node.seen = Some(Seen {
+                kind: kind.clone(),
+                object: owner.clone(),
+                epoch,
+            });
+        }
     }
 
     /// Records that the object `uid` is gone; returns the uids whose items it queues.
@@ -365,6 +387,7 @@ impl Graph {
                 Node {
                     seen: None,
                     dependents: node.dependents,
+                    gone: true,
                 },
             );
         }
@@ -968,22 +991,9 @@ impl Collector {
         );
         self.in_flight.remove(&uid);
         for (kind, owner) in &outcome.learned {
-            // Only owners the graph still lacks: a watch's view is never replaced by an older read.
             let key = (kind.resource.group.clone(), kind.resource.plural.clone());
             let epoch = self.epochs.get(&key).copied().unwrap_or_default();
-            if self
-                .graph
-                .nodes
-                .get(&owner.uid)
-                .is_some_and(|n| n.seen.is_none())
-                && let Some(node) = self.graph.nodes.get_mut(&owner.uid)
-            {
-                node.seen = Some(Seen {
-                    kind: kind.clone(),
-                    object: owner.clone(),
-                    epoch,
-                });
-            }
+            self.graph.learn(kind, owner, epoch);
         }
         if outcome.failed > 0 {
             let failures = self.failures.entry(uid.clone()).or_default();
@@ -1217,6 +1227,27 @@ mod tests {
             panic!("root still awaits the collector");
         };
         assert!(dependents.is_empty());
+    }
+
+    #[test]
+    fn an_owner_read_live_before_its_deletion_was_seen_stays_unknown() {
+        // The race behind a dependent that kept a dangling reference: its item reads owner "a"
+        // live (present), the watch then reports "a" deleted, and only then the item finishes.
+        let mut graph = Graph::default();
+        let kind = kind();
+        graph.apply(&kind, object("b", &["a", "c"]), 1);
+        let read_before_the_deletion = object("a", &[]);
+        assert_eq!(graph.remove("a"), ["b"]);
+        graph.learn(&kind, &read_before_the_deletion, 1);
+        let reference = &object("b", &["a"]).owners[0];
+        assert_eq!(graph.known_state(reference, Some("ns")), None);
+        // An owner not seen to go is learned as read.
+        let reference_c = &object("b", &["c"]).owners[0];
+        graph.learn(&kind, &object("c", &[]), 1);
+        assert_eq!(
+            graph.known_state(reference_c, Some("ns")),
+            Some(OwnerState::Present)
+        );
     }
 
     #[test]
