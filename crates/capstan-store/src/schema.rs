@@ -63,6 +63,11 @@ fn configure(conn: &Connection, tuning: ConnectionTuning) -> Result<(), StoreErr
     Ok(())
 }
 
+/// The writer's own statements (objects, labels, change log and counters: 13), which it runs on
+/// every write: its cache holds them all whatever the readers keep, or each write would compile
+/// them again.
+pub(crate) const WRITER_STATEMENTS: usize = 16;
+
 /// The layout version this code writes: 2 added the label index.
 const SCHEMA: u64 = 2;
 
@@ -70,7 +75,13 @@ const SCHEMA: u64 = 2;
 /// up to date in one transaction (the label index is filled from the stored objects).
 pub(crate) fn open_writer(path: &Path, tuning: ConnectionTuning) -> Result<Connection, StoreError> {
     let mut conn = Connection::open(path)?;
-    configure(&conn, tuning)?;
+    configure(
+        &conn,
+        ConnectionTuning {
+            statement_cache: tuning.statement_cache.max(WRITER_STATEMENTS),
+            ..tuning
+        },
+    )?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.execute_batch(DDL)?;
@@ -102,7 +113,8 @@ pub(crate) fn open_reader(path: &Path, tuning: ConnectionTuning) -> Result<Conne
 /// Reads one counter of the `meta` table.
 pub(crate) fn read_meta(conn: &Connection, key: &str) -> Result<u64, StoreError> {
     let value: Option<i64> = conn
-        .query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
+        .prepare_cached("SELECT value FROM meta WHERE key = ?1")?
+        .query_row([key], |r| r.get(0))
         .optional()?;
     Ok(value
         .and_then(|v| u64::try_from(v).ok())
@@ -136,5 +148,25 @@ mod tests {
         assert_eq!(cache_size(&reader), -128);
         // Zero would mean "no cache" to SQLite's reckoning of pages; the smallest honoured is 1 KiB.
         assert_eq!(cache_size(&open_reader(&path, tuning(0)).unwrap()), -1);
+    }
+
+    #[test]
+    fn sqlite_is_built_with_a_small_lookaside() {
+        // `.cargo/config.toml` sets it: the default (100 slots of 1,200 bytes, all touched when a
+        // connection opens) made every connection cost 120 KB, and with simulated workload
+        // clusters the process holds a few connections per cluster.
+        let dir = tempfile::tempdir().unwrap();
+        let conn = open_writer(&dir.path().join("state.db"), tuning(64)).unwrap();
+        let options: Vec<String> = conn
+            .prepare("PRAGMA compile_options")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert!(
+            options.iter().any(|o| o == "DEFAULT_LOOKASIDE=1200,10"),
+            "{options:?}"
+        );
     }
 }

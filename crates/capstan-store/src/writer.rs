@@ -142,18 +142,15 @@ fn apply_batch(
     }
     let mut compacted: u64 = crate::schema::read_meta(&tx, "compacted")?;
     if head != start_head {
-        tx.execute(
-            "UPDATE meta SET value = ?1 WHERE key = 'head'",
-            [to_sql(head)],
-        )?;
+        tx.prepare_cached("UPDATE meta SET value = ?1 WHERE key = 'head'")?
+            .execute([to_sql(head)])?;
         // Compact in steps of a tenth of the retention so the delete is amortised.
         let floor = head.saturating_sub(retained_events);
         if floor > compacted + retained_events / 10 {
-            tx.execute("DELETE FROM events WHERE rv <= ?1", [to_sql(floor)])?;
-            tx.execute(
-                "UPDATE meta SET value = ?1 WHERE key = 'compacted'",
-                [to_sql(floor)],
-            )?;
+            tx.prepare_cached("DELETE FROM events WHERE rv <= ?1")?
+                .execute([to_sql(floor)])?;
+            tx.prepare_cached("UPDATE meta SET value = ?1 WHERE key = 'compacted'")?
+                .execute([to_sql(floor)])?;
             compacted = floor;
         }
     }
@@ -165,13 +162,29 @@ fn to_sql(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
-fn stored_rv(conn: &Connection, key: &ObjectKey) -> Result<Option<(u64, String)>, StoreError> {
+/// The stored resourceVersion of `key`, if it exists.
+fn stored_rv(conn: &Connection, key: &ObjectKey) -> Result<Option<u64>, StoreError> {
     Ok(conn
-        .query_row(
+        .prepare_cached(
+            "SELECT rv FROM objects WHERE resource = ?1 AND namespace = ?2 AND name = ?3",
+        )?
+        .query_row(params![key.resource, key.namespace, key.name], |row| {
+            row.get::<_, i64>(0)
+        })
+        .optional()?
+        .map(|rv| u64::try_from(rv).unwrap_or_default()))
+}
+
+/// The stored resourceVersion and text of `key`, if it exists (a deletion's event carries the
+/// text).
+fn stored(conn: &Connection, key: &ObjectKey) -> Result<Option<(u64, String)>, StoreError> {
+    Ok(conn
+        .prepare_cached(
             "SELECT rv, value FROM objects WHERE resource = ?1 AND namespace = ?2 AND name = ?3",
-            params![key.resource, key.namespace, key.name],
-            |row| Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?)),
-        )
+        )?
+        .query_row(params![key.resource, key.namespace, key.name], |row| {
+            Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))
+        })
         .optional()?
         .map(|(rv, v)| (u64::try_from(rv).unwrap_or_default(), v)))
 }
@@ -238,10 +251,10 @@ fn apply_one(conn: &Connection, op: &Op, rv: u64) -> WriteOutcome {
                 return Err(StoreError::AlreadyExists(key.clone()));
             }
             let json = stamp(key, value.clone(), rv)?;
-            conn.execute(
+            conn.prepare_cached(
                 "INSERT INTO objects (resource, namespace, name, rv, value) VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![key.resource, key.namespace, key.name, to_sql(rv), json],
-            )?;
+            )?
+            .execute(params![key.resource, key.namespace, key.name, to_sql(rv), json])?;
             crate::labels::write(conn, key, &crate::labels::labels_of(value))?;
             (key, EventType::Added, json)
         }
@@ -250,48 +263,40 @@ fn apply_one(conn: &Connection, op: &Op, rv: u64) -> WriteOutcome {
             value,
             expected,
         } => {
-            let (actual, _) =
-                stored_rv(conn, key)?.ok_or_else(|| StoreError::NotFound(key.clone()))?;
+            let actual = stored_rv(conn, key)?.ok_or_else(|| StoreError::NotFound(key.clone()))?;
             check(key, *expected, actual)?;
             let json = stamp(key, value.clone(), rv)?;
-            conn.execute(
+            conn.prepare_cached(
                 "UPDATE objects SET rv = ?4, value = ?5 WHERE resource = ?1 AND namespace = ?2 AND name = ?3",
-                params![key.resource, key.namespace, key.name, to_sql(rv), json],
-            )?;
+            )?
+            .execute(params![key.resource, key.namespace, key.name, to_sql(rv), json])?;
             crate::labels::write(conn, key, &crate::labels::labels_of(value))?;
             (key, EventType::Modified, json)
         }
         Op::Delete { key, expected } => {
             let (actual, old) =
-                stored_rv(conn, key)?.ok_or_else(|| StoreError::NotFound(key.clone()))?;
+                stored(conn, key)?.ok_or_else(|| StoreError::NotFound(key.clone()))?;
             check(key, *expected, actual)?;
-            conn.execute(
-                "DELETE FROM objects WHERE resource = ?1 AND namespace = ?2 AND name = ?3",
-                params![key.resource, key.namespace, key.name],
-            )?;
+            delete_object(conn, key)?;
             crate::labels::remove(conn, key)?;
             let json = tombstone(key, &old, rv)?;
             (key, EventType::Deleted, json)
         }
         Op::Purge { key } => {
-            let (_, old) =
-                stored_rv(conn, key)?.ok_or_else(|| StoreError::NotFound(key.clone()))?;
+            let (_, old) = stored(conn, key)?.ok_or_else(|| StoreError::NotFound(key.clone()))?;
             if crate::limits::decodes(&old) {
                 return Err(StoreError::Decodable(key.clone()));
             }
-            conn.execute(
-                "DELETE FROM objects WHERE resource = ?1 AND namespace = ?2 AND name = ?3",
-                params![key.resource, key.namespace, key.name],
-            )?;
+            delete_object(conn, key)?;
             crate::labels::remove(conn, key)?;
             let json = tombstone(key, &old, rv)?;
             (key, EventType::Deleted, json)
         }
     };
-    conn.execute(
+    conn.prepare_cached(
         "INSERT INTO events (rv, type, resource, namespace, name, value) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        params![to_sql(rv), event_type.code(), key.resource, key.namespace, key.name, json],
-    )?;
+    )?
+    .execute(params![to_sql(rv), event_type.code(), key.resource, key.namespace, key.name, json])?;
     let json: Arc<str> = json.into();
     Ok((
         StoredObject {
@@ -306,6 +311,14 @@ fn apply_one(conn: &Connection, op: &Op, rv: u64) -> WriteOutcome {
             json,
         },
     ))
+}
+
+fn delete_object(conn: &Connection, key: &ObjectKey) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "DELETE FROM objects WHERE resource = ?1 AND namespace = ?2 AND name = ?3",
+    )?
+    .execute(params![key.resource, key.namespace, key.name])?;
+    Ok(())
 }
 
 fn check(key: &ObjectKey, expected: Option<u64>, actual: u64) -> Result<(), StoreError> {
