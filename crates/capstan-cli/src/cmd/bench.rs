@@ -77,6 +77,31 @@ struct Figures {
 }
 
 /// Resets the peak (VmHWM) of a process, so that the next peak is one request's.
+/// Reports each phase of a run on stderr as it ends, with its duration: a 400,000-object run takes
+/// many minutes, and a phase that stalls should show which one it is.
+struct Phases {
+    system: &'static str,
+    started: Instant,
+}
+
+impl Phases {
+    fn new(system: &'static str) -> Self {
+        Self {
+            system,
+            started: Instant::now(),
+        }
+    }
+
+    fn done(&mut self, phase: &str) {
+        eprintln!(
+            "{}: {phase} ({:.1} s)",
+            self.system,
+            self.started.elapsed().as_secs_f64()
+        );
+        self.started = Instant::now();
+    }
+}
+
 fn reset_peak(pid: u32) {
     // Writing 5 to clear_refs resets the peak resident set size (Linux 4.0 and later).
     let _ = std::fs::write(format!("/proc/{pid}/clear_refs"), "5");
@@ -214,7 +239,7 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
                 f.restart_to_ready_seconds
             );
             if f.idle_rss_mib > 0.0 {
-                println!(
+                outln!(
                     "{:<8} idle RSS {:.1} MiB; one request's peak above rest: list {:.1} MiB, Table {:.1} MiB, watch {:.1} MiB",
                     f.system,
                     f.idle_rss_mib,
@@ -279,8 +304,10 @@ async fn kube_send(
 async fn bench_capstan(args: &Args) -> anyhow::Result<Figures> {
     let dir = tempfile_dir("capstan")?;
     let port = free_port()?;
+    let mut phases = Phases::new("capstan");
     let mut child = spawn_capstan(&dir, port)?;
     let (client, _) = crate::client::connect(&dir.join("kubeconfig")).await?;
+    phases.done("server ready");
     let mut figures = Figures {
         system: "capstan".into(),
         ..Figures::default()
@@ -310,6 +337,7 @@ async fn bench_capstan(args: &Args) -> anyhow::Result<Figures> {
         })
         .await?;
     }
+    phases.done(&format!("{} creates", args.creates));
     {
         let client = client.clone();
         let updates = args.updates.min(args.creates);
@@ -324,6 +352,7 @@ async fn bench_capstan(args: &Args) -> anyhow::Result<Figures> {
         })
         .await?;
     }
+    phases.done(&format!("{} updates", args.updates.min(args.creates)));
     // Watchers, established before the first event is sent.
     let latencies: Arc<std::sync::Mutex<Vec<f64>>> = Arc::default();
     let mut watchers = Vec::new();
@@ -385,6 +414,10 @@ async fn bench_capstan(args: &Args) -> anyhow::Result<Figures> {
     figures.watch_p50_ms = percentile(&sorted, 50.0);
     figures.watch_p99_ms = percentile(&sorted, 99.0);
     figures.watch_events_delivered = sorted.len();
+    phases.done(&format!(
+        "{} watchers, {} events",
+        args.watchers, args.watch_events
+    ));
     // Fill up to the object count, then measure memory and restart.
     let have = args.creates + args.watch_events + 1;
     let fill = args.objects.saturating_sub(have);
@@ -406,8 +439,10 @@ async fn bench_capstan(args: &Args) -> anyhow::Result<Figures> {
         .await?;
     }
     figures.objects = have.max(args.objects);
+    phases.done(&format!("filled to {} objects", figures.objects));
     // A full list, as a controller's first sync does, before memory is read.
     kube_send(&client, "GET", collection, Vec::new()).await?;
+    phases.done("full list");
     (figures.rss_mib, figures.peak_rss_mib) = rss_mib(child.id());
     let pid = child.id();
     figures.list_extra_mib = request_extra_mib(pid, async {
@@ -415,6 +450,7 @@ async fn bench_capstan(args: &Args) -> anyhow::Result<Figures> {
         Ok(())
     })
     .await?;
+    phases.done("list (memory above rest)");
     figures.table_extra_mib = request_extra_mib(pid, async {
         let request = http::Request::get(collection)
             .header("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
@@ -426,6 +462,7 @@ async fn bench_capstan(args: &Args) -> anyhow::Result<Figures> {
         Ok(())
     })
     .await?;
+    phases.done("Table list (memory above rest)");
     figures.watch_extra_mib = request_extra_mib(pid, async {
         let request = http::Request::get(format!("{collection}?watch=true&timeoutSeconds=1"))
             .body(Vec::new())?;
@@ -436,6 +473,7 @@ async fn bench_capstan(args: &Args) -> anyhow::Result<Figures> {
         Ok(())
     })
     .await?;
+    phases.done("watch without a resourceVersion (memory above rest)");
     // Idle for a little over one discovery interval of the garbage collector, sampled every second.
     let idle_until = Instant::now()
         + capstan_controllers::gc::DEFAULT_DISCOVERY_INTERVAL
@@ -449,6 +487,7 @@ async fn bench_capstan(args: &Args) -> anyhow::Result<Figures> {
         nix::sys::signal::Signal::SIGTERM,
     )?;
     child.wait()?;
+    phases.done("idle");
     let started = Instant::now();
     let mut child = spawn_capstan(&dir, port)?;
     figures.restart_to_ready_seconds = started.elapsed().as_secs_f64();
