@@ -117,8 +117,6 @@ pub(crate) fn list_sql(
 ) -> ListSql {
     let mut params = Vec::new();
     let resource = param(&mut params, resource.to_owned());
-    let after_ns = param(&mut params, after.0.to_owned());
-    let after_name = param(&mut params, after.1.to_owned());
     let mut conditions = Vec::new();
     let driving = driver(terms);
     // `k` is the table whose (namespace, name) orders the rows: the driving index, or the objects.
@@ -149,13 +147,33 @@ pub(crate) fn list_sql(
             ("objects o".to_owned(), "o")
         }
     };
-    if let Some(namespace) = namespace {
-        let namespace = param(&mut params, namespace.to_owned());
-        conditions.push(format!("{k}.namespace = {namespace}"));
+    match namespace {
+        // Within one namespace the position is a name: compared as the pair, SQLite ranges over the
+        // index but no longer trusts its order, and sorts every remaining row of the namespace
+        // (values included) for each page — a paged read of a large namespace went quadratic.
+        Some(namespace) => {
+            let (after_ns, after_name) = after;
+            let ns = param(&mut params, namespace.to_owned());
+            conditions.push(format!("{k}.namespace = {ns}"));
+            match after_ns.cmp(namespace) {
+                // Every name of the namespace comes after.
+                std::cmp::Ordering::Less => {}
+                std::cmp::Ordering::Equal => {
+                    let after_name = param(&mut params, after_name.to_owned());
+                    conditions.push(format!("{k}.name > {after_name}"));
+                }
+                // The position is past the namespace: nothing is left.
+                std::cmp::Ordering::Greater => conditions.push("0".to_owned()),
+            }
+        }
+        None => {
+            let after_ns = param(&mut params, after.0.to_owned());
+            let after_name = param(&mut params, after.1.to_owned());
+            conditions.push(format!(
+                "({k}.namespace, {k}.name) > ({after_ns}, {after_name})"
+            ));
+        }
     }
-    conditions.push(format!(
-        "({k}.namespace, {k}.name) > ({after_ns}, {after_name})"
-    ));
     for (i, term) in terms.iter().enumerate() {
         if Some(i) != driving {
             conditions.push(condition(&mut params, term));
@@ -287,11 +305,16 @@ mod tests {
                 LabelTerm::NotEquals("m".into(), "c".into()),
             ],
         );
-        // resource, after (2), the driver's key and values (3), the namespace, the other term (2).
-        assert_eq!(sql.params.len(), 9);
-        assert!(sql.text.contains("d.value IN (?5, ?6)"), "{}", sql.text);
-        assert!(sql.text.contains("d.namespace = ?7"), "{}", sql.text);
-        assert!(sql.text.contains("l.value IN (?9)"), "{}", sql.text);
+        // resource, the driver's key and values (3), the namespace, the other term (2); the first
+        // page of a namespace has no position to compare.
+        assert_eq!(sql.params.len(), 7);
+        assert!(sql.text.contains("d.value IN (?3, ?4)"), "{}", sql.text);
+        assert!(sql.text.contains("d.namespace = ?5"), "{}", sql.text);
+        assert!(sql.text.contains("l.value IN (?7)"), "{}", sql.text);
+        let next = list_sql("r", Some("ns"), ("ns", "x"), &[]);
+        assert!(next.text.contains("o.name > ?3"), "{}", next.text);
+        let past = list_sql("r", Some("ns"), ("zz", "x"), &[]);
+        assert!(past.text.contains(" AND 0"), "{}", past.text);
     }
 
     /// How SQLite runs `sql`: the details of its query plan, one line per step.
@@ -340,5 +363,44 @@ mod tests {
         let everything = list_sql("cluster.x-k8s.io/machines", None, ("", ""), &[]);
         let plan_text = plan(&conn, &everything);
         assert!(!plan_text.contains("labels"), "{plan_text}");
+    }
+
+    #[test]
+    fn a_page_after_a_position_is_read_in_index_order_without_sorting() {
+        // A page that reads from the start of its namespace, or sorts what remains of it, makes a
+        // paged list or watch quadratic: 400,000 objects in one namespace took many minutes
+        // (315 ms for the page after the 200,000th object, 1 ms once the index search starts at
+        // the position).
+        let dir = tempfile::tempdir().unwrap();
+        let conn = crate::schema::open_writer(
+            &dir.path().join("state.db"),
+            crate::schema::ConnectionTuning {
+                page_cache_kib: 2_048,
+                statement_cache: 16,
+            },
+        )
+        .unwrap();
+        let selector = [LabelTerm::Equals("app".into(), "web".into())];
+        for namespace in [Some("default"), None] {
+            for terms in [&selector[..], &[]] {
+                for after in [("", ""), ("default", "f-200000")] {
+                    let sql = list_sql("/configmaps", namespace, after, terms);
+                    let plan_text = plan(&conn, &sql);
+                    assert!(
+                        !plan_text.contains("TEMP B-TREE") && !plan_text.contains("SCAN"),
+                        "{namespace:?} {terms:?} {after:?}: {plan_text}"
+                    );
+                    // The index search starts at the position (else each page reads from the
+                    // start of the namespace up to it).
+                    if !after.0.is_empty() {
+                        assert!(
+                            plan_text.contains("name>?")
+                                || plan_text.contains("(namespace,name)>(?,?)"),
+                            "{namespace:?} {terms:?} {after:?}: {plan_text}"
+                        );
+                    }
+                }
+            }
+        }
     }
 }
