@@ -180,6 +180,9 @@ const SYSTEM_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "k
 #[derive(Clone)]
 pub struct ApiServer {
     state: Arc<ApiState>,
+    /// Built once and shared by the clones: a process serving many servers (simulated workload
+    /// clusters) would otherwise hold a routing tree per caller.
+    router: Arc<std::sync::OnceLock<Router>>,
 }
 
 impl ApiServer {
@@ -245,7 +248,10 @@ impl ApiServer {
             token_issuer: RwLock::new(Arc::new(builtin::tokens::TokenIssuer::default())),
         });
         builtin::namespaces::spawn(Arc::downgrade(&state));
-        Ok(Self { state })
+        Ok(Self {
+            state,
+            router: Arc::default(),
+        })
     }
 
     /// Installs (or replaces) a CustomResourceDefinition, as `kubectl apply` of it would: the kind
@@ -356,6 +362,10 @@ impl ApiServer {
     /// `/readyz` and `/version` are readable by everyone (also anonymously) through the default
     /// ClusterRole `system:public-info-viewer`, as in Kubernetes.
     pub fn router(&self) -> Router {
+        self.router.get_or_init(|| self.build_router()).clone()
+    }
+
+    fn build_router(&self) -> Router {
         Router::new()
             .route("/healthz", get(health))
             .route("/livez", get(health))

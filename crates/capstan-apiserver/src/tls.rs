@@ -10,6 +10,9 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+/// TLS sessions a server remembers for resumption: rustls's own default.
+pub const SESSION_CACHE: usize = 256;
+
 /// Why credentials could not be created or loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
@@ -179,6 +182,16 @@ impl Credentials {
     /// The rustls server configuration: our serving certificate, and client certificates signed by our
     /// CA accepted but not required (bearer tokens are the other way in).
     pub fn server_config(&self, pki_dir: &Path) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+        self.server_config_with_sessions(pki_dir, SESSION_CACHE)
+    }
+
+    /// [`Self::server_config`] remembering at most `sessions` TLS sessions for resumption (the
+    /// cache is allocated whole: a server few clients reach keeps a small one).
+    pub fn server_config_with_sessions(
+        &self,
+        pki_dir: &Path,
+        sessions: usize,
+    ) -> Result<Arc<rustls::ServerConfig>, TlsError> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let certs = rustls_pemfile::certs(&mut self.server_cert_pem.as_bytes())
             .collect::<Result<Vec<_>, _>>()
@@ -214,6 +227,7 @@ impl Credentials {
             .with_client_cert_verifier(verifier)
             .with_single_cert(certs, key)?;
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        config.session_storage = rustls::server::ServerSessionMemoryCache::new(sessions);
         Ok(Arc::new(config))
     }
 

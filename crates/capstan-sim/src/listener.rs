@@ -150,8 +150,10 @@ pub async fn ensure(
         admin_key_pem: String::new(),
         admin_token: String::new(),
     };
+    // A workload API is reached by the management side's client and now and then a user's kubectl:
+    // a few remembered sessions do (the default cache of 256 was allocated per cluster).
     let config = credentials
-        .server_config(std::path::Path::new(&secret_name))
+        .server_config_with_sessions(std::path::Path::new(&secret_name), 8)
         .map_err(|e| tls_error(cluster, capstan_runtime::controller::ErrorChain(&e)))?;
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await

@@ -151,7 +151,7 @@ mod tests {
     }
 
     #[test]
-    fn sqlite_is_built_with_a_small_lookaside() {
+    fn sqlite_is_built_to_allocate_little_per_connection() {
         // `.cargo/config.toml` sets it: the default (100 slots of 1,200 bytes, all touched when a
         // connection opens) made every connection cost 120 KB, and with simulated workload
         // clusters the process holds a few connections per cluster.
@@ -166,6 +166,11 @@ mod tests {
             .unwrap();
         assert!(
             options.iter().any(|o| o == "DEFAULT_LOOKASIDE=1200,10"),
+            "{options:?}"
+        );
+        // Nor a first page-cache allocation of 20 pages, whatever the cache size.
+        assert!(
+            options.iter().any(|o| o == "DEFAULT_PCACHE_INITSZ=0"),
             "{options:?}"
         );
     }
