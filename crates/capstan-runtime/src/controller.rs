@@ -16,6 +16,7 @@
 //! Reconcilers stay level-triggered: they look at the object as it is, make one pass, write status
 //! once, and return an [`Action`]. A failed pass is retried by the requeue, never by a loop inside.
 
+use crate::events::EventRecorder;
 use crate::index::KeyIndex;
 use crate::metrics::{ControllerMetrics, ReconcileResult};
 use crate::pauses::{
@@ -31,7 +32,7 @@ use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::{self, Action, Config, Controller};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::EventType;
 use kube::runtime::reflector;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
@@ -194,7 +195,7 @@ impl ApiScope for kube::core::ClusterResourceScope {
 /// What a reconcile gets besides the object.
 pub struct Context {
     client: Client,
-    recorder: Recorder,
+    recorder: EventRecorder,
     controller: &'static str,
     caches: Caches,
     shutdown: CancellationToken,
@@ -206,13 +207,7 @@ pub struct Context {
 impl Context {
     /// A context for `controller`, reporting events as `identity`.
     pub fn new(client: Client, controller: &'static str, identity: &str) -> Self {
-        let recorder = Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: controller.to_owned(),
-                instance: Some(identity.to_owned()),
-            },
-        );
+        let recorder = EventRecorder::new(client.clone(), controller, identity);
         let shutdown = CancellationToken::new();
         Self {
             secrets: SecretCache::new(client.clone(), shutdown.clone()),
@@ -298,14 +293,17 @@ impl Context {
         action: &str,
         note: impl Into<String>,
     ) {
-        let event = Event {
-            type_,
-            reason: reason.to_owned(),
-            note: Some(note.into()),
-            action: action.to_owned(),
-            secondary: None,
-        };
-        if let Err(err) = self.recorder.publish(&event, &object.object_ref(&())).await {
+        if let Err(err) = self
+            .recorder
+            .publish(
+                &object.object_ref(&()),
+                type_,
+                reason,
+                action,
+                Some(note.into()),
+            )
+            .await
+        {
             tracing::warn!(
                 controller = self.controller,
                 object = %object.name_any(),

@@ -29,6 +29,7 @@
 pub mod client;
 pub mod conditions;
 pub mod controller;
+pub mod events;
 pub mod health;
 pub mod index;
 pub mod leader;

@@ -778,3 +778,79 @@ async fn a_labelled_cache_holds_only_the_labelled_objects_and_answers_their_abse
     assert_eq!(cache.table().len(), 2);
     shutdown.cancel();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_event_is_one_event_with_a_series_and_a_new_reason_is_another() {
+    use capstan_runtime::events::EventRecorder;
+    use k8s_openapi::api::events::v1::Event;
+    use kube::Resource;
+    use kube::runtime::events::EventType;
+    let (_dir, client) = api().await;
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let map = maps
+        .create(
+            &PostParams::default(),
+            &ConfigMap {
+                metadata: ObjectMeta {
+                    name: Some("subject".into()),
+                    ..ObjectMeta::default()
+                },
+                ..ConfigMap::default()
+            },
+        )
+        .await
+        .unwrap();
+    let recorder = EventRecorder::new(client.clone(), "test-controller", "test-instance");
+    let regarding = map.object_ref(&());
+    for _ in 0..3 {
+        recorder
+            .publish(
+                &regarding,
+                EventType::Warning,
+                "Stuck",
+                "Reconcile",
+                Some("waiting for the host".into()),
+            )
+            .await
+            .unwrap();
+    }
+    recorder
+        .publish(&regarding, EventType::Normal, "Ready", "Reconcile", None)
+        .await
+        .unwrap();
+    let events: Api<Event> = Api::namespaced(client, "default");
+    let mut listed = events.list(&Default::default()).await.unwrap().items;
+    listed.sort_by_key(|e| e.reason.clone());
+    let summary: Vec<_> = listed
+        .iter()
+        .map(|e| {
+            (
+                e.reason.clone().unwrap_or_default(),
+                e.type_.clone().unwrap_or_default(),
+                e.series.as_ref().map(|s| s.count),
+                e.regarding.as_ref().and_then(|r| r.uid.clone()),
+                e.reporting_controller.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
+    let uid = map.uid();
+    assert_eq!(
+        summary,
+        [
+            (
+                "Ready".to_owned(),
+                "Normal".to_owned(),
+                None,
+                uid.clone(),
+                "test-controller".to_owned()
+            ),
+            (
+                "Stuck".to_owned(),
+                "Warning".to_owned(),
+                Some(3),
+                uid,
+                "test-controller".to_owned()
+            ),
+        ]
+    );
+}
