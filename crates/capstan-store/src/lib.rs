@@ -253,7 +253,9 @@ impl Store {
         let head = Arc::new(AtomicU64::new(head));
         let compacted = Arc::new(AtomicU64::new(compacted));
         let (events, _) = broadcast::channel(options.event_buffer.max(1));
-        let (writes, requests) = std::sync::mpsc::sync_channel(options.max_batch * 4);
+        // The queue is allocated whole when the store opens: room for one batch while another
+        // commits (a writer finding it full waits on a blocking thread until the commit is done).
+        let (writes, requests) = std::sync::mpsc::sync_channel(options.max_batch.max(1));
         let mut readers = Vec::with_capacity(options.readers);
         for _ in 0..options.readers {
             readers.push(schema::open_reader(path, options.tuning())?);
@@ -368,15 +370,19 @@ impl Store {
 
     async fn write(&self, op: writer::Op) -> Result<StoredObject, StoreError> {
         let (reply, answer) = oneshot::channel();
-        let writes = self.inner.writes.clone();
-        // The channel is bounded: a full queue blocks, which is the back-pressure we want, but not on
-        // the async runtime's threads.
-        tokio::task::spawn_blocking(move || {
-            writes.send(writer::Request { op, reply }).map_err(|_| ())
-        })
-        .await
-        .map_err(|_| StoreError::Closed)?
-        .map_err(|_| StoreError::Closed)?;
+        // The queue is bounded: a full one blocks, which is the back-pressure we want, but not on
+        // the async runtime's threads — only then is the send handed to a blocking thread.
+        match self.inner.writes.try_send(writer::Request { op, reply }) {
+            Ok(()) => {}
+            Err(std::sync::mpsc::TrySendError::Full(request)) => {
+                let writes = self.inner.writes.clone();
+                tokio::task::spawn_blocking(move || writes.send(request).map_err(|_| ()))
+                    .await
+                    .map_err(|_| StoreError::Closed)?
+                    .map_err(|_| StoreError::Closed)?;
+            }
+            Err(std::sync::mpsc::TrySendError::Disconnected(_)) => return Err(StoreError::Closed),
+        }
         answer.await.map_err(|_| StoreError::Closed)?
     }
 

@@ -769,3 +769,42 @@ mod label_index {
         assert_eq!(names, ["m1", "m4"]);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writers_beyond_the_queue_wait_their_turn_and_every_write_lands_once() {
+    // A queue of one: nearly every write finds it full and waits on a blocking thread.
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(
+        &dir.path().join("state.db"),
+        StoreOptions {
+            max_batch: 1,
+            ..StoreOptions::default()
+        },
+    )
+    .unwrap();
+    let writes: Vec<_> = (0..200)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let name = format!("c{i}");
+                store.create(key(&name), obj(&name, i)).await
+            })
+        })
+        .collect();
+    let mut versions = Vec::new();
+    for write in writes {
+        versions.push(write.await.unwrap().unwrap().resource_version);
+    }
+    versions.sort_unstable();
+    versions.dedup();
+    assert_eq!(versions.len(), 200);
+    assert_eq!(store.head(), *versions.last().unwrap());
+    let listed = store
+        .query(capstan_store::ListQuery::new(
+            "cluster.x-k8s.io/clusters",
+            None,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(listed.items.len(), 200);
+}
