@@ -26,6 +26,17 @@ use tower::ServiceExt;
 /// Upper bound for anything the tests wait on.
 const WAIT: Duration = Duration::from_secs(30);
 
+/// An empty ConfigMap called `name`.
+fn named_config_map(name: &str) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
+        ..ConfigMap::default()
+    }
+}
+
 async fn api() -> (tempfile::TempDir, Client) {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&dir.path().join("state.db"), StoreOptions::default()).unwrap();
@@ -642,18 +653,9 @@ async fn each_kind_of_one_api_version_has_its_own_object_cache() {
     let shutdown = CancellationToken::new();
     let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
-    maps.create(
-        &PostParams::default(),
-        &ConfigMap {
-            metadata: ObjectMeta {
-                name: Some("shared-name".into()),
-                ..ObjectMeta::default()
-            },
-            ..ConfigMap::default()
-        },
-    )
-    .await
-    .unwrap();
+    maps.create(&PostParams::default(), &named_config_map("shared-name"))
+        .await
+        .unwrap();
     for name in ["shared-name", "only-a-secret"] {
         secrets
             .create(
@@ -788,16 +790,7 @@ async fn a_repeated_event_is_one_event_with_a_series_and_a_new_reason_is_another
     let (_dir, client) = api().await;
     let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     let map = maps
-        .create(
-            &PostParams::default(),
-            &ConfigMap {
-                metadata: ObjectMeta {
-                    name: Some("subject".into()),
-                    ..ObjectMeta::default()
-                },
-                ..ConfigMap::default()
-            },
-        )
+        .create(&PostParams::default(), &named_config_map("subject"))
         .await
         .unwrap();
     let recorder = EventRecorder::new(client.clone(), "test-controller", "test-instance");

@@ -330,8 +330,8 @@ mod tests {
         rows.collect::<Result<Vec<_>, _>>().unwrap().join("\n")
     }
 
-    #[test]
-    fn a_selected_list_searches_the_index_instead_of_scanning_the_kind() {
+    /// An empty store's database, for query plans.
+    fn empty_store() -> (tempfile::TempDir, rusqlite::Connection) {
         let dir = tempfile::tempdir().unwrap();
         let conn = crate::schema::open_writer(
             &dir.path().join("state.db"),
@@ -341,6 +341,12 @@ mod tests {
             },
         )
         .unwrap();
+        (dir, conn)
+    }
+
+    #[test]
+    fn a_selected_list_searches_the_index_instead_of_scanning_the_kind() {
+        let (_dir, conn) = empty_store();
         let selected = list_sql(
             "cluster.x-k8s.io/machines",
             Some("default"),
@@ -371,15 +377,7 @@ mod tests {
         // paged list or watch quadratic: 400,000 objects in one namespace took many minutes
         // (315 ms for the page after the 200,000th object, 1 ms once the index search starts at
         // the position).
-        let dir = tempfile::tempdir().unwrap();
-        let conn = crate::schema::open_writer(
-            &dir.path().join("state.db"),
-            crate::schema::ConnectionTuning {
-                page_cache_kib: 2_048,
-                statement_cache: 16,
-            },
-        )
-        .unwrap();
+        let (_dir, conn) = empty_store();
         let selector = [LabelTerm::Equals("app".into(), "web".into())];
         for namespace in [Some("default"), None] {
             for terms in [&selector[..], &[]] {
