@@ -76,7 +76,6 @@ struct Figures {
     watch_extra_mib: f64,
 }
 
-/// Resets the peak (VmHWM) of a process, so that the next peak is one request's.
 /// Reports each phase of a run on stderr as it ends, with its duration: a 400,000-object run takes
 /// many minutes, and a phase that stalls should show which one it is.
 struct Phases {
@@ -102,6 +101,7 @@ impl Phases {
     }
 }
 
+/// Resets the peak (VmHWM) of a process, so that the next peak is one request's.
 fn reset_peak(pid: u32) {
     // Writing 5 to clear_refs resets the peak resident set size (Linux 4.0 and later).
     let _ = std::fs::write(format!("/proc/{pid}/clear_refs"), "5");
