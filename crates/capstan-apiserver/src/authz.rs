@@ -145,14 +145,40 @@ impl Rule {
     }
 }
 
-/// The cluster-scoped RBAC objects (ClusterRoles and ClusterRoleBindings), kept between
-/// decisions and dropped whenever a request writes one of them. The epoch is read before loading,
-/// so a load racing with a write is stored under the old epoch and reloaded on the next decision.
+/// What RBAC grants, kept between decisions: the cluster-scoped objects (ClusterRoles and
+/// ClusterRoleBindings) and the rules each user holds in each namespace. All of it is keyed on the
+/// store's last change of the four RBAC resources, read before loading: any write to one of them,
+/// by a request or by the server itself (a namespace's deletion removing its RoleBindings), makes
+/// the next decision load afresh, and a load racing with a write is kept under the older key.
 #[derive(Default)]
-pub struct ClusterPolicyCache {
-    epoch: std::sync::atomic::AtomicU64,
-    cached: std::sync::Mutex<Option<(u64, std::sync::Arc<ClusterPolicy>)>>,
+pub struct RbacCache {
+    cached: std::sync::Mutex<Cached>,
 }
+
+/// The store's last change of each RBAC resource.
+type RbacVersions = [u64; 4];
+
+/// At most this many users × namespaces are remembered; beyond it the remembered rules start over.
+const REMEMBERED_GRANTS: usize = 4_096;
+
+#[derive(Default)]
+struct Cached {
+    versions: RbacVersions,
+    cluster: Option<std::sync::Arc<ClusterPolicy>>,
+    /// Rules (and evaluation errors) by user and namespace.
+    grants: HashMap<GrantKey, std::sync::Arc<Grants>>,
+}
+
+/// Whom a binding can name: the username and groups; and the namespace asked about.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct GrantKey {
+    username: String,
+    groups: Vec<String>,
+    namespace: String,
+}
+
+/// The rules a user holds in a namespace, and why some bindings naming the user grant nothing.
+type Grants = (Vec<Rule>, Vec<String>);
 
 /// ClusterRoles by name and ClusterRoleBindings.
 struct ClusterPolicy {
@@ -160,28 +186,75 @@ struct ClusterPolicy {
     cluster_role_bindings: Vec<Value>,
 }
 
-impl ClusterPolicyCache {
-    /// Forgets the cached objects (after a write to ClusterRoles or ClusterRoleBindings).
-    pub fn invalidate(&self) {
-        self.epoch.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+impl RbacCache {
+    fn versions(state: &ApiState) -> RbacVersions {
+        [
+            "clusterroles",
+            "clusterrolebindings",
+            "roles",
+            "rolebindings",
+        ]
+        .map(|resource| state.store.last_change(&format!("{RBAC}/{resource}")))
     }
 
-    async fn get(&self, state: &ApiState) -> Result<std::sync::Arc<ClusterPolicy>, AuthzError> {
-        let epoch = self.epoch.load(std::sync::atomic::Ordering::SeqCst);
-        {
-            let cached = self.cached.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some((at, policy)) = cached.as_ref()
-                && *at == epoch
-            {
-                return Ok(policy.clone());
-            }
+    fn lock(&self) -> std::sync::MutexGuard<'_, Cached> {
+        self.cached.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// This cache as of `versions`: emptied when they moved since it was filled.
+    fn at(&self, versions: RbacVersions) -> std::sync::MutexGuard<'_, Cached> {
+        let mut cached = self.lock();
+        if cached.versions != versions {
+            *cached = Cached {
+                versions,
+                ..Cached::default()
+            };
+        }
+        cached
+    }
+
+    async fn cluster(&self, state: &ApiState) -> Result<std::sync::Arc<ClusterPolicy>, AuthzError> {
+        let versions = Self::versions(state);
+        if let Some(policy) = &self.at(versions).cluster {
+            return Ok(policy.clone());
         }
         let policy = std::sync::Arc::new(ClusterPolicy {
             cluster_roles: by_name(list(state, "clusterroles", None).await?),
             cluster_role_bindings: list(state, "clusterrolebindings", None).await?,
         });
-        *self.cached.lock().unwrap_or_else(|p| p.into_inner()) = Some((epoch, policy.clone()));
+        // Kept only under the versions read before loading (another decision may have moved on).
+        let mut cached = self.lock();
+        if cached.versions == versions {
+            cached.cluster = Some(policy.clone());
+        }
         Ok(policy)
+    }
+
+    /// The rules `user` holds in `namespace` (cluster-wide ones included).
+    async fn grants(
+        &self,
+        state: &ApiState,
+        user: &UserInfo,
+        namespace: &str,
+    ) -> Result<std::sync::Arc<Grants>, AuthzError> {
+        let versions = Self::versions(state);
+        let key = GrantKey {
+            username: user.username.clone(),
+            groups: user.groups.clone(),
+            namespace: namespace.to_owned(),
+        };
+        if let Some(grants) = self.at(versions).grants.get(&key) {
+            return Ok(grants.clone());
+        }
+        let grants = std::sync::Arc::new(Policy::load(state, namespace).await?.rules_for(user));
+        let mut cached = self.lock();
+        if cached.versions == versions {
+            if cached.grants.len() >= REMEMBERED_GRANTS {
+                cached.grants.clear();
+            }
+            cached.grants.insert(key, grants.clone());
+        }
+        Ok(grants)
     }
 }
 
@@ -231,7 +304,7 @@ impl Policy {
             )
         };
         Ok(Self {
-            cluster: state.rbac_cache.get(state).await?,
+            cluster: state.rbac_cache.cluster(state).await?,
             roles,
             role_bindings,
         })
@@ -391,8 +464,8 @@ pub async fn authorize(
         .as_ref()
         .map(|r| r.namespace.as_str())
         .unwrap_or_default();
-    let policy = Policy::load(state, namespace).await?;
-    let (rules, errors) = policy.rules_for(user);
+    let grants = state.rbac_cache.grants(state, user, namespace).await?;
+    let (rules, errors) = grants.as_ref();
     if rules.iter().any(|rule| rule.allows(attributes)) {
         return Ok(Decision::Allow);
     }
@@ -430,8 +503,12 @@ pub async fn rules_for(
         };
         return Ok((vec![all, paths], Vec::new()));
     }
-    let policy = Policy::load(state, namespace).await?;
-    Ok(policy.rules_for(user))
+    Ok(state
+        .rbac_cache
+        .grants(state, user, namespace)
+        .await?
+        .as_ref()
+        .clone())
 }
 
 /// The single-verb, single-resource, single-name pieces of a rule, as requests a holder of the rule
@@ -1191,6 +1268,50 @@ mod tests {
             }),
             path: String::new(),
         }
+    }
+
+    #[tokio::test]
+    async fn a_grant_is_gone_once_its_binding_is_whoever_removes_it() {
+        // The server removes a namespace's RoleBindings itself when the namespace is deleted, not
+        // through a request: remembered grants follow the store, whichever path wrote it.
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            capstan_store::Store::open(&dir.path().join("state.db"), Default::default()).unwrap();
+        let server = crate::ApiServer::new(
+            store.clone(),
+            std::sync::Arc::new(crate::conversion::ModelConverter),
+            crate::Auth { tokens: Vec::new() },
+        )
+        .await
+        .unwrap();
+        let state = server.state();
+        let alice = UserInfo::new("alice", &[]);
+        let read = attrs("list", "", "configmaps", "", "team", "");
+        let decide = || authorize(&state, &alice, &read);
+        assert_ne!(decide().await.unwrap(), Decision::Allow);
+        let key =
+            capstan_store::ObjectKey::new(format!("{RBAC}/rolebindings"), "team", "alice-view");
+        let binding = json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": "alice-view", "namespace": "team"},
+            "roleRef": {"apiGroup": RBAC, "kind": "ClusterRole", "name": "view"},
+            "subjects": [{"apiGroup": RBAC, "kind": "User", "name": "alice"}],
+        });
+        let created = store.create(key.clone(), binding).await.unwrap();
+        assert_eq!(decide().await.unwrap(), Decision::Allow);
+        // Asked again, the remembered grant answers; still allowed.
+        assert_eq!(decide().await.unwrap(), Decision::Allow);
+        store
+            .delete(key, Some(created.resource_version))
+            .await
+            .unwrap();
+        assert_ne!(decide().await.unwrap(), Decision::Allow);
+        // Another namespace never shared the grant.
+        let elsewhere = attrs("list", "", "configmaps", "", "other", "");
+        assert_ne!(
+            authorize(&state, &alice, &elsewhere).await.unwrap(),
+            Decision::Allow
+        );
     }
 
     #[test]

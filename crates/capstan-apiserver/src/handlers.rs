@@ -1481,6 +1481,30 @@ pub(crate) async fn write_over(
     write_owned(state, request, current, new, warnings, Ownership::Track).await
 }
 
+/// Whether `new` is `stored` without its resourceVersion: a write that changes nothing else is
+/// not stored (compared in place: the stored object is not copied to take its version out).
+fn same_but_resource_version(stored: &Value, new: &Value) -> bool {
+    let (Some(stored), Some(new)) = (stored.as_object(), new.as_object()) else {
+        return stored == new;
+    };
+    stored.len() == new.len()
+        && stored.iter().all(|(field, value)| match new.get(field) {
+            Some(Value::Object(new_meta)) if field == "metadata" => match value.as_object() {
+                Some(meta) => {
+                    let versioned = usize::from(meta.contains_key("resourceVersion"));
+                    meta.len() - versioned == new_meta.len()
+                        && meta
+                            .iter()
+                            .filter(|(key, _)| *key != "resourceVersion")
+                            .all(|(key, v)| new_meta.get(key) == Some(v))
+                }
+                None => false,
+            },
+            Some(other) => other == value,
+            None => false,
+        })
+}
+
 /// [`write_over`] with the ownership of the written fields given.
 async fn write_owned(
     state: &ApiState,
@@ -1536,13 +1560,7 @@ async fn write_owned(
     let mut new_storage = request.to_storage(state, new)?;
     lifecycle::prepare_update(&old, &mut new_storage, scope, request.kind())?;
     managed::set_managed_fields(&mut new_storage, &entries);
-    let changed = {
-        let mut old_cmp = old.clone();
-        if let Some(m) = old_cmp["metadata"].as_object_mut() {
-            m.remove("resourceVersion");
-        }
-        old_cmp != new_storage
-    };
+    let changed = !same_but_resource_version(&old, &new_storage);
     crate::limits::check_object(request.group(), request.kind(), &new_storage)?;
     if !changed {
         return request.to_requested(state, old);
@@ -2092,4 +2110,61 @@ async fn delete_collection(state: Arc<ApiState>, request: Request) -> Result<Res
         "items": items,
     });
     Ok(json_response(StatusCode::OK, &list, &[]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_but_resource_version;
+    use serde_json::json;
+
+    #[test]
+    fn a_write_is_unchanged_only_when_all_but_the_stored_version_is_equal() {
+        let stored = json!({"metadata": {"name": "a", "resourceVersion": "7", "labels": {"x": "1"}}, "spec": {"n": 1}});
+        let cases = [
+            (
+                json!({"metadata": {"name": "a", "labels": {"x": "1"}}, "spec": {"n": 1}}),
+                true,
+            ),
+            // Field order is no change.
+            (
+                json!({"spec": {"n": 1}, "metadata": {"labels": {"x": "1"}, "name": "a"}}),
+                true,
+            ),
+            (
+                json!({"metadata": {"name": "a", "labels": {"x": "2"}}, "spec": {"n": 1}}),
+                false,
+            ),
+            (json!({"metadata": {"name": "a"}, "spec": {"n": 1}}), false),
+            (
+                json!({"metadata": {"name": "a", "labels": {"x": "1"}}, "spec": {"n": 2}}),
+                false,
+            ),
+            (
+                json!({"metadata": {"name": "a", "labels": {"x": "1"}}, "spec": {"n": 1}, "status": {}}),
+                false,
+            ),
+            (
+                json!({"metadata": {"name": "a", "labels": {"x": "1"}}}),
+                false,
+            ),
+            // A version given with the write is a field the stored object (without its own) lacks.
+            (
+                json!({"metadata": {"name": "a", "resourceVersion": "7", "labels": {"x": "1"}}, "spec": {"n": 1}}),
+                false,
+            ),
+        ];
+        for (new, same) in cases {
+            assert_eq!(same_but_resource_version(&stored, &new), same, "{new}");
+        }
+        // A stored object without a version compares whole.
+        let unversioned = json!({"metadata": {"name": "a"}});
+        assert!(same_but_resource_version(
+            &unversioned,
+            &json!({"metadata": {"name": "a"}})
+        ));
+        assert!(!same_but_resource_version(
+            &unversioned,
+            &json!({"metadata": {"name": "b"}})
+        ));
+    }
 }

@@ -124,8 +124,8 @@ pub struct ApiState {
     pub converter: Arc<dyn Converter>,
     pub metrics: Arc<Metrics>,
     auth: Auth,
-    /// The cluster-wide RBAC objects, cached between writes to them.
-    rbac_cache: authz::ClusterPolicyCache,
+    /// What RBAC grants, cached between writes to the RBAC kinds.
+    rbac_cache: authz::RbacCache,
     /// Whether a request without credentials acts as `system:anonymous` (kube-apiserver's
     /// `--anonymous-auth`, on by default) rather than getting `401`.
     anonymous_auth: std::sync::atomic::AtomicBool,
@@ -241,7 +241,7 @@ impl ApiServer {
             converter,
             metrics: Arc::new(Metrics::default()),
             auth,
-            rbac_cache: authz::ClusterPolicyCache::default(),
+            rbac_cache: authz::RbacCache::default(),
             anonymous_auth: std::sync::atomic::AtomicBool::new(true),
             // Until a data directory's key is given, one of this process.
             service_account_key: RwLock::new(Arc::new(builtin::tokens::SigningKey::generate()?)),
@@ -748,14 +748,9 @@ async fn api(
             if let Err(err) = no_escalation(&state, user.as_ref(), &method, &request, &body).await {
                 return err.into_response();
             }
-            let writes_rbac = method != Method::GET
-                && resource_group_is_rbac(&request.path.group, &request.path.plural);
             let mut response = handlers::handle(state.clone(), method, request, body)
                 .await
                 .unwrap_or_else(IntoResponse::into_response);
-            if writes_rbac {
-                state.rbac_cache.invalidate();
-            }
             if wants_protobuf && verb == "watch" {
                 response = wire::watch_to_protobuf(response, &api_version).await;
             } else if wants_protobuf {
@@ -824,11 +819,6 @@ async fn no_escalation(
     };
     let namespace = path.namespace.clone().unwrap_or_default();
     authz::confirm_no_escalation(state, user, &path.plural, &namespace, &object).await
-}
-
-/// Whether `group`/`plural` is a cluster-scoped RBAC kind (what [`authz::ClusterPolicyCache`] holds).
-fn resource_group_is_rbac(group: &str, plural: &str) -> bool {
-    group == "rbac.authorization.k8s.io" && matches!(plural, "clusterroles" | "clusterrolebindings")
 }
 
 /// Reads a request body up to [`limits::MAX_REQUEST_BYTES`]; beyond it, 413 with a `Status`.

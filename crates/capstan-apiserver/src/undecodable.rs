@@ -34,8 +34,6 @@ pub(crate) async fn remove(
     State(state): State<Arc<ApiState>>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Response {
-    // A removed row may have been an RBAC object.
-    state.rbac_cache.invalidate();
     let (Some(resource), Some(name)) = (query.get("resource"), query.get("name")) else {
         return ApiError::BadRequest("resource and name are required".into()).into_response();
     };

@@ -147,11 +147,22 @@ impl BootstrapSettings {
 /// The KubeadmConfig controller.
 pub struct BootstrapController {
     settings: BootstrapSettings,
+    /// The uids of Clusters whose init lock this process has released since their control plane
+    /// was initialized: a lock is never taken again once it is, so one release each is enough
+    /// (before, every reconcile of every KubeadmConfig of an initialized cluster deleted it again).
+    released_locks: std::sync::Mutex<std::collections::HashSet<String>>,
 }
+
+/// At most this many released locks are remembered; beyond it, memory starts over (and each
+/// initialized cluster's lock is released once more, which finds it gone).
+const REMEMBERED_RELEASES: usize = 65_536;
 
 impl BootstrapController {
     pub fn new(settings: BootstrapSettings) -> Self {
-        Self { settings }
+        Self {
+            settings,
+            released_locks: std::sync::Mutex::default(),
+        }
     }
 }
 
@@ -623,18 +634,35 @@ impl BootstrapController {
         )))
     }
 
+    /// Deletes the init lock of the initialized `cluster`, once per process and cluster.
     async fn release_init_lock(
+        &self,
         client: &Client,
-        cluster: &str,
+        cluster: &Cluster,
         namespace: &str,
     ) -> Result<(), BootstrapError> {
-        let maps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
-        let name = format!("{cluster}-lock");
-        match maps.delete(&name, &DeleteParams::default()).await {
-            Ok(_) => Ok(()),
-            Err(e) if is_not_found(&e) => Ok(()),
-            Err(e) => Err(api_error("deleting", "ConfigMap", namespace, &name)(e)),
+        let uid = cluster.uid();
+        if let Some(uid) = &uid
+            && self.released_locks.lock().is_ok_and(|l| l.contains(uid))
+        {
+            return Ok(());
         }
+        let maps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+        let name = format!("{}-lock", cluster.name_any());
+        match maps.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(api_error("deleting", "ConfigMap", namespace, &name)(e)),
+        }
+        if let Some(uid) = uid
+            && let Ok(mut locks) = self.released_locks.lock()
+        {
+            if locks.len() >= REMEMBERED_RELEASES {
+                locks.clear();
+            }
+            locks.insert(uid);
+        }
+        Ok(())
     }
 
     #[allow(clippy::too_many_lines)]
@@ -654,7 +682,7 @@ impl BootstrapController {
         let key = ClusterKey::new(namespace, &cluster_name);
         let initialized = control_plane_initialized(cluster);
         if initialized {
-            Self::release_init_lock(client, &cluster_name, namespace).await?;
+            self.release_init_lock(client, cluster, namespace).await?;
         }
         // From memory: the Secret trigger records a deletion before this reconcile runs, and one
         // not seen yet is read live.

@@ -40,7 +40,7 @@ pub enum PastState {
 }
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -173,8 +173,10 @@ pub struct StoreOptions {
     pub retained_events: u64,
     /// How many writes one transaction may group.
     pub max_batch: usize,
-    /// Read connections kept open between reads (more are opened for concurrent reads and closed
-    /// after them, so a burst does not leave its connections and their page caches behind).
+    /// Read connections, opened with the store and kept: at most this many reads run at once, and
+    /// further reads wait for a connection. Opening one per read beyond the pool cost more than the
+    /// wait (a fresh connection configures itself and reads the schema before its first query, and
+    /// its page cache starts cold).
     pub readers: usize,
     /// The page cache of each connection, in KiB (SQLite's own default is 2,048). A store holding
     /// few objects, of which a process opens many, keeps it small: it is most of what an idle
@@ -222,13 +224,20 @@ struct Inner {
     tuning: schema::ConnectionTuning,
     writes: std::sync::mpsc::SyncSender<writer::Request>,
     readers: Mutex<Vec<Connection>>,
-    /// How many idle read connections are kept.
-    idle_readers: usize,
+    /// One permit per read connection: a read holds one while it runs.
+    read_slots: Arc<tokio::sync::Semaphore>,
+    /// Read connections opened since the store opened (the pool's, and any reopened to replace
+    /// one lost to a failed read).
+    read_connections_opened: std::sync::atomic::AtomicUsize,
     events: broadcast::Sender<Arc<WatchEvent>>,
     head: Arc<AtomicU64>,
     compacted: Arc<AtomicU64>,
     /// Rows found undecodable at open and not rewritten since: lists and watches skip them.
     undecodable: Arc<Mutex<BTreeSet<ObjectKey>>>,
+    /// The resourceVersion of each resource's newest write since the store opened.
+    last_changes: Arc<Mutex<HashMap<String, u64>>>,
+    /// The head when the store opened: a resource not written since changed at or before it.
+    opened_at: u64,
 }
 
 impl Store {
@@ -275,6 +284,8 @@ impl Store {
             );
         }
         let undecodable = Arc::new(Mutex::new(undecodable));
+        let last_changes = Arc::new(Mutex::new(HashMap::new()));
+        let opened_at = head.load(Ordering::Acquire);
         writer::spawn(writer::Writer {
             conn,
             requests,
@@ -284,18 +295,22 @@ impl Store {
             retained_events: options.retained_events,
             max_batch: options.max_batch,
             undecodable: undecodable.clone(),
+            last_changes: last_changes.clone(),
         })?;
         Ok(Self {
             inner: Arc::new(Inner {
                 path: path.to_path_buf(),
                 tuning: options.tuning(),
                 writes,
+                read_slots: Arc::new(tokio::sync::Semaphore::new(options.readers.max(1))),
+                read_connections_opened: std::sync::atomic::AtomicUsize::new(readers.len()),
                 readers: Mutex::new(readers),
-                idle_readers: options.readers.max(1),
                 events,
                 head,
                 compacted,
                 undecodable,
+                last_changes,
+                opened_at,
             }),
         })
     }
@@ -548,6 +563,24 @@ impl Store {
         self.inner.readers.lock().map_or(0, |pool| pool.len())
     }
 
+    /// A resourceVersion that changes whenever `resource` is written (created, updated or deleted
+    /// objects of it): the newest such write's, or, before the first since the store opened, the
+    /// head at opening. A value read before a read of the resource's objects and unchanged after it
+    /// means nothing was written since that read began (caches of rarely written kinds key on it).
+    pub fn last_change(&self, resource: &str) -> u64 {
+        self.inner
+            .last_changes
+            .lock()
+            .ok()
+            .and_then(|changes| changes.get(resource).copied())
+            .unwrap_or(self.inner.opened_at)
+    }
+
+    /// Read connections opened since the store opened (for metrics and tests).
+    pub fn read_connections_opened(&self) -> usize {
+        self.inner.read_connections_opened.load(Ordering::Relaxed)
+    }
+
     /// What `key` was at resourceVersion `at`, as far as the change log tells: the last value written
     /// at or before `at` within the newest [`PAST_STATE_SCAN`] changes of its resource. A watch that
     /// resumes with a selector needs this to know whether the client had the object.
@@ -596,23 +629,36 @@ impl Store {
         self.inner.events.subscribe()
     }
 
-    /// Runs `f` on a pooled read connection off the async runtime.
+    /// Runs `f` on a pooled read connection off the async runtime, once one is free.
     pub(crate) async fn read<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     {
+        // Waiting here, not on a blocking thread: a burst of reads queues without holding threads.
+        let slot = self
+            .inner
+            .read_slots
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| StoreError::Closed)?;
         let inner = self.inner.clone();
         tokio::task::spawn_blocking(move || {
+            let _slot = slot;
             let pooled = inner.readers.lock().map_err(|_| StoreError::Closed)?.pop();
             let conn = match pooled {
                 Some(conn) => conn,
-                None => schema::open_reader(&inner.path, inner.tuning)?,
+                // The pool lost a connection to a read that panicked: open its replacement.
+                None => {
+                    inner
+                        .read_connections_opened
+                        .fetch_add(1, Ordering::Relaxed);
+                    schema::open_reader(&inner.path, inner.tuning)?
+                }
             };
             let result = f(&conn);
-            if let Ok(mut pool) = inner.readers.lock()
-                && pool.len() < inner.idle_readers
-            {
+            if let Ok(mut pool) = inner.readers.lock() {
                 pool.push(conn);
             }
             result

@@ -151,7 +151,7 @@ mod tests {
     }
 
     #[test]
-    fn sqlite_is_built_to_allocate_little_per_connection() {
+    fn sqlite_is_built_for_many_small_connections() {
         // `.cargo/config.toml` sets it: the default (100 slots of 1,200 bytes, all touched when a
         // connection opens) made every connection cost 120 KB, and with simulated workload
         // clusters the process holds a few connections per cluster.
@@ -171,6 +171,11 @@ mod tests {
         // Nor a first page-cache allocation of 20 pages, whatever the cache size.
         assert!(
             options.iter().any(|o| o == "DEFAULT_PCACHE_INITSZ=0"),
+            "{options:?}"
+        );
+        // Nor a process-wide mutex around every allocation to keep memory statistics.
+        assert!(
+            options.iter().any(|o| o == "DEFAULT_MEMSTATUS=0"),
             "{options:?}"
         );
     }

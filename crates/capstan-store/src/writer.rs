@@ -6,7 +6,7 @@
 use crate::watch::{EventType, WatchEvent};
 use crate::{ObjectKey, StoreError, StoredObject};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::{broadcast, oneshot};
@@ -47,6 +47,8 @@ pub(crate) struct Writer {
     /// Keys of rows that could not be parsed when the store was opened; a committed write of one
     /// replaces (or removes) the bad row, so it leaves the set.
     pub undecodable: Arc<Mutex<BTreeSet<ObjectKey>>>,
+    /// The resourceVersion of each resource's newest committed write.
+    pub last_changes: Arc<Mutex<HashMap<String, u64>>>,
 }
 
 pub(crate) fn spawn(writer: Writer) -> Result<(), StoreError> {
@@ -87,6 +89,18 @@ impl Writer {
                 {
                     for result in results.iter().flatten() {
                         undecodable.remove(&result.0.key);
+                    }
+                }
+                // Before any reply: a writer that got its answer finds its write counted.
+                if let Ok(mut last_changes) = self.last_changes.lock() {
+                    for (_, event) in results.iter().flatten() {
+                        let resource = &event.key.resource;
+                        match last_changes.get_mut(resource) {
+                            Some(rv) => *rv = event.resource_version,
+                            None => {
+                                last_changes.insert(resource.clone(), event.resource_version);
+                            }
+                        }
                     }
                 }
                 for (request, result) in batch.into_iter().zip(results) {

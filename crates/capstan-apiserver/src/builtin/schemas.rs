@@ -162,9 +162,16 @@ fn make_structural(schema: &mut Value) {
     }
 }
 
-/// Every typed kind's schema by (group, kind), generated on each call: the registry of kinds keeps
-/// each one once, in its definition.
-fn all() -> BTreeMap<(&'static str, &'static str), fn() -> Value> {
+/// The generator of every typed kind's schema by (group, kind). Only the generators are kept (a
+/// schema is generated when asked for: the registry of kinds keeps each one once, in its
+/// definition), and the table is built once: every request asks whether its kind is typed.
+fn all() -> &'static BTreeMap<(&'static str, &'static str), fn() -> Value> {
+    static ALL: std::sync::LazyLock<BTreeMap<(&'static str, &'static str), fn() -> Value>> =
+        std::sync::LazyLock::new(generators);
+    &ALL
+}
+
+fn generators() -> BTreeMap<(&'static str, &'static str), fn() -> Value> {
     {
         let mut m: BTreeMap<(&'static str, &'static str), fn() -> Value> = BTreeMap::new();
         m.insert(("", "Namespace"), schema_of::<api::core::v1::Namespace>);
