@@ -701,7 +701,10 @@ impl Reconciler for MachineHealthCheckController {
             watcher(
                 Api::<DynamicObject>::all_with(client.clone(), &machine_resource),
                 watcher::Config::default(),
-            ),
+            )
+            // As every store of the controllers: without managed fields (a Machine's are written
+            // by several controllers and were most of each one held here).
+            .modify(capstan_runtime::tables::strip),
         )
         .touched_objects();
         let checks_for_machines = checks.clone();

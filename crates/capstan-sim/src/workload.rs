@@ -73,11 +73,11 @@ impl SimCluster {
             &dir.join("workload.db"),
             StoreOptions {
                 retained_events: 1_000,
-                max_batch: 64,
+                max_batch: 16,
                 readers: 1,
                 // A workload cluster holds a few dozen objects and the process holds many such
-                // stores (one per cluster): small page caches, statement caches and watch buffers
-                // keep each one cheap. The whole database of one is a few hundred KiB; its hot
+                // stores (one per cluster): small page caches, statement caches, write queues
+                // (allocated whole, room for one batch) and watch buffers keep each one cheap. The whole database of one is a few hundred KiB; its hot
                 // pages fit in 64. The watch buffer keeps its last changed objects alive until
                 // they are overwritten; its few watchers that fall further behind catch up from
                 // the change log on disk.
