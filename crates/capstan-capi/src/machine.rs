@@ -792,10 +792,6 @@ impl Reconciler for MachineController {
         MACHINE_CONTROLLER
     }
 
-    fn concurrency(&self) -> u16 {
-        8
-    }
-
     fn finalizer(&self) -> Option<&'static str> {
         Some(MACHINE_FINALIZER)
     }

@@ -136,9 +136,10 @@ pub trait InfraMachineProvider: Send + Sync + 'static {
     fn name(&self) -> &'static str;
     /// The finalizer that holds the object until [`Self::release`] is done.
     fn finalizer(&self) -> &'static str;
-    /// Objects reconciled at once.
+    /// Objects reconciled at once: ten, as every controller's default (see
+    /// [`capstan_runtime::Reconciler::concurrency`]).
     fn concurrency(&self) -> u16 {
-        4
+        10
     }
     /// Extra triggers (watches of provider kinds).
     fn configure(

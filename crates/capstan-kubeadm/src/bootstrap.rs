@@ -965,10 +965,6 @@ impl Reconciler for BootstrapController {
         CONTROLLER
     }
 
-    fn concurrency(&self) -> u16 {
-        4
-    }
-
     fn cluster_name(&self, object: &KubeadmConfig) -> Option<String> {
         object.labels().get(LABEL_CLUSTER_NAME).cloned()
     }

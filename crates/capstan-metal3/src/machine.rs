@@ -585,10 +585,6 @@ impl InfraMachineProvider for Metal3MachineProvider {
         MACHINE_FINALIZER
     }
 
-    fn concurrency(&self) -> u16 {
-        8
-    }
-
     fn configure(
         &self,
         controller: Controller<Metal3Machine>,
