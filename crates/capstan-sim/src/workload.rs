@@ -77,10 +77,10 @@ impl SimCluster {
                 readers: 1,
                 // A workload cluster holds a few dozen objects and the process holds many such
                 // stores (one per cluster): small page caches, statement caches, write queues
-                // (allocated whole, room for one batch) and watch buffers keep each one cheap. The whole database of one is a few hundred KiB; its hot
-                // pages fit in 64. The watch buffer keeps its last changed objects alive until
-                // they are overwritten; its few watchers that fall further behind catch up from
-                // the change log on disk.
+                // (allocated whole, room for one batch) and watch buffers keep each one cheap.
+                // The whole database of one is a few hundred KiB; its hot pages fit in 64. The
+                // watch buffer keeps its last changed objects alive until they are overwritten;
+                // its few watchers that fall further behind catch up from the change log on disk.
                 page_cache_kib: 64,
                 event_buffer: 16,
                 statement_cache: 4,
