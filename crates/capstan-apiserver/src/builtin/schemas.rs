@@ -165,15 +165,17 @@ fn make_structural(schema: &mut Value) {
 /// The generator of every typed kind's schema by (group, kind). Only the generators are kept (a
 /// schema is generated when asked for: the registry of kinds keeps each one once, in its
 /// definition), and the table is built once: every request asks whether its kind is typed.
-fn all() -> &'static BTreeMap<(&'static str, &'static str), fn() -> Value> {
-    static ALL: std::sync::LazyLock<BTreeMap<(&'static str, &'static str), fn() -> Value>> =
-        std::sync::LazyLock::new(generators);
+fn all() -> &'static Generators {
+    static ALL: std::sync::LazyLock<Generators> = std::sync::LazyLock::new(generators);
     &ALL
 }
 
-fn generators() -> BTreeMap<(&'static str, &'static str), fn() -> Value> {
+/// Schema generators by (group, kind).
+type Generators = BTreeMap<(&'static str, &'static str), fn() -> Value>;
+
+fn generators() -> Generators {
     {
-        let mut m: BTreeMap<(&'static str, &'static str), fn() -> Value> = BTreeMap::new();
+        let mut m = Generators::new();
         m.insert(("", "Namespace"), schema_of::<api::core::v1::Namespace>);
         m.insert(("", "Secret"), schema_of::<api::core::v1::Secret>);
         m.insert(("", "ConfigMap"), schema_of::<api::core::v1::ConfigMap>);
