@@ -23,8 +23,9 @@ use crate::pauses::{
     ClusterPauses, Pause, cluster_is_paused, cluster_resource, has_paused_annotation,
 };
 use crate::secrets::SecretCache;
+use crate::stores::Change;
 use crate::tables::{ObjectCache, ObjectCaches};
-use crate::watches::{Cache, Caches, WatchError};
+use crate::watches::{Cache, WatchError};
 use crate::{CancellationToken, RuntimeError, Task, TaskEnv};
 use capstan_model::meta::LABEL_CLUSTER_NAME;
 use futures::StreamExt;
@@ -33,7 +34,6 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::{self, Action, Config, Controller};
 use kube::runtime::events::EventType;
-use kube::runtime::reflector;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
@@ -201,7 +201,6 @@ pub struct Context {
     client: Client,
     recorder: EventRecorder,
     controller: &'static str,
-    caches: Caches,
     shutdown: CancellationToken,
     secrets: SecretCache,
     objects: ObjectCaches,
@@ -220,7 +219,6 @@ impl Context {
             client,
             recorder,
             controller,
-            caches: Caches::default(),
             shutdown,
         }
     }
@@ -269,12 +267,15 @@ impl Context {
         &self.secrets
     }
 
-    /// A cache of every object of `K`, started and filled on first use (see [`Cache`]).
+    /// Every object of `K`, from the kind's store for the whole process (see [`Cache`]); waits for
+    /// its first list.
     pub async fn cache<K>(&self) -> Result<Cache<K>, WatchError>
     where
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     {
-        self.caches.of::<K>(&self.client, &self.shutdown).await
+        let cache = Cache::of(&self.objects.store::<K>());
+        cache.synced().await?;
+        Ok(cache)
     }
 
     /// The API client.
@@ -624,36 +625,33 @@ async fn run_controller<R: Reconciler>(
         backoff: Backoff::default(),
         pauses: env.pauses.clone(),
     });
-    // The controller's own watch fills its store and, first, the index of its objects by Cluster
-    // that the Cluster trigger reads (a lookup instead of a scan of the store per Cluster event).
+    // The controller reads its objects from the kind's store for the whole process (shared with
+    // any other controller or reader of the kind) and is triggered by its changes, each after the
+    // store holds it and after the index of its objects by Cluster, which the Cluster trigger
+    // reads, has filed it (a lookup instead of a scan of the store per Cluster event).
     let mapper = reconciler.clone();
     let by_cluster =
         KeyIndex::new(move |o: &R::Object| mapper.cluster_name(o).into_iter().collect());
     let mapper = reconciler.clone();
     let by_secret = KeyIndex::new(move |o: &R::Object| mapper.secret_names(o));
-    let (store, writer) = reflector::store();
+    let store = env.objects.store::<R::Object>();
     let (indexed, indexed_secrets) = (by_cluster.clone(), by_secret.clone());
     let follows_secrets = reconciler.follows_secrets();
-    let objects = reflector::reflector(
-        writer,
-        watcher(
-            Api::<R::Object>::all(env.client.clone()),
-            watcher::Config::default(),
-        )
-        // The store keeps no managed fields and no `last-applied` copy (no reconcile reads them;
-        // they were the larger part of many objects in memory).
-        .modify(crate::tables::strip)
-        .inspect(move |event| {
-            if let Ok(event) = event {
-                indexed.follow(event);
-                if follows_secrets {
-                    indexed_secrets.follow(event);
-                }
-            }
-        }),
-    )
-    .applied_objects();
-    let mut controller = Controller::for_stream(objects, store)
+    let changes = futures::stream::unfold(store.subscribe(), |mut changes| async move {
+        changes.recv().await.map(|change| (change, changes))
+    });
+    let objects = changes.flat_map(move |change| {
+        indexed.follow(&change);
+        if follows_secrets {
+            indexed_secrets.follow(&change);
+        }
+        futures::stream::iter(match change {
+            Change::Applied(object) => vec![object],
+            Change::Deleted(_) => Vec::new(),
+            Change::Listed(objects) => objects,
+        })
+    });
+    let mut controller = Controller::for_shared_stream(objects, store.reader())
         .with_config(Config::default().concurrency(reconciler.concurrency()));
     if reconciler.follows_cluster_pause() {
         let pauses = env.pauses.clone();

@@ -7,16 +7,15 @@
 //! this Cluster" from a map kept by the same watch stream that fills the controller's store, so a
 //! lookup costs the number of objects it returns.
 //!
-//! Why it is never behind the controller: [`KeyIndex::follow`] sees each watch event before the
-//! store and before the object's reconcile is queued, so an object whose reconcile found its
-//! Cluster paused is already indexed when the Cluster's unpause is mapped. A relist builds a fresh
-//! map beside the current one (objects listed are added to both, so lookups during the relist
-//! still find every object) and replaces it once complete: objects deleted while the watch was
-//! down leave with the old map. An index that holds an object no longer there only costs a
-//! trigger that finds nothing.
+//! Why it is never behind the controller: [`KeyIndex::follow`] sees each change of the store that
+//! feeds the controller ([`crate::stores`]) before the object's reconcile is queued, so an object
+//! whose reconcile found its Cluster paused is already indexed when the Cluster's unpause is
+//! mapped. A completed (re)list replaces the map: objects deleted while the watch was down leave
+//! with the old one. An index that holds an object no longer there only costs a trigger that finds
+//! nothing.
 
+use crate::stores::Change;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -73,8 +72,6 @@ impl Map {
 #[derive(Default)]
 struct State {
     current: Map,
-    /// The map of a relist in progress, swapped in when it is complete.
-    listing: Option<Map>,
 }
 
 /// The objects of `K` by keys computed from each object (its Cluster's name, the Secrets it
@@ -112,29 +109,22 @@ impl<K: Resource<DynamicType = ()>> KeyIndex<K> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Records one event of the watch that feeds the controller.
-    pub fn follow(&self, event: &watcher::Event<K>) {
+    /// Records one change of the store that feeds the controller (see [`crate::stores`]): a
+    /// completed list replaces the whole index, so objects deleted while the watch was down go.
+    pub fn follow(&self, change: &Change<K>) {
         let mut state = self.state();
-        match event {
-            watcher::Event::Apply(object) | watcher::Event::InitApply(object) => {
-                let (id, key) = (id_of(object), (self.key)(object));
-                if let Some(listing) = state.listing.as_mut() {
-                    listing.set(id.clone(), key.clone());
-                }
-                state.current.set(id, key);
+        match change {
+            Change::Applied(object) => {
+                let (id, keys) = (id_of(&**object), (self.key)(object));
+                state.current.set(id, keys);
             }
-            watcher::Event::Delete(object) => {
-                let id = id_of(object);
-                if let Some(listing) = state.listing.as_mut() {
-                    listing.remove(&id);
+            Change::Deleted(object) => state.current.remove(&id_of(&**object)),
+            Change::Listed(objects) => {
+                let mut listed = Map::default();
+                for object in objects {
+                    listed.set(id_of(&**object), (self.key)(object));
                 }
-                state.current.remove(&id);
-            }
-            watcher::Event::Init => state.listing = Some(Map::default()),
-            watcher::Event::InitDone => {
-                if let Some(listing) = state.listing.take() {
-                    state.current = listing;
-                }
+                state.current = listed;
             }
         }
     }
@@ -194,6 +184,10 @@ mod tests {
         })
     }
 
+    fn applied(object: ConfigMap) -> Change<ConfigMap> {
+        Change::Applied(Arc::new(object))
+    }
+
     fn names(refs: Vec<ObjectRef<ConfigMap>>) -> Vec<String> {
         refs.into_iter().map(|r| r.name).collect()
     }
@@ -201,11 +195,11 @@ mod tests {
     #[test]
     fn files_objects_by_cluster_within_their_namespace() {
         let index = index();
-        index.follow(&watcher::Event::Apply(object("ns", "a", Some("c1"))));
-        index.follow(&watcher::Event::Apply(object("ns", "b", Some("c1"))));
-        index.follow(&watcher::Event::Apply(object("ns", "c", Some("c2"))));
-        index.follow(&watcher::Event::Apply(object("other", "d", Some("c1"))));
-        index.follow(&watcher::Event::Apply(object("ns", "e", None)));
+        index.follow(&applied(object("ns", "a", Some("c1"))));
+        index.follow(&applied(object("ns", "b", Some("c1"))));
+        index.follow(&applied(object("ns", "c", Some("c2"))));
+        index.follow(&applied(object("other", "d", Some("c1"))));
+        index.follow(&applied(object("ns", "e", None)));
         assert_eq!(names(index.lookup("ns", "c1")), ["a", "b"]);
         assert_eq!(names(index.lookup("ns", "c2")), ["c"]);
         assert_eq!(names(index.lookup("other", "c1")), ["d"]);
@@ -216,14 +210,14 @@ mod tests {
     #[test]
     fn an_update_moves_the_object_and_a_delete_removes_it() {
         let index = index();
-        index.follow(&watcher::Event::Apply(object("ns", "a", Some("c1"))));
-        index.follow(&watcher::Event::Apply(object("ns", "a", Some("c2"))));
+        index.follow(&applied(object("ns", "a", Some("c1"))));
+        index.follow(&applied(object("ns", "a", Some("c2"))));
         assert!(index.lookup("ns", "c1").is_empty(), "moved away");
         assert_eq!(names(index.lookup("ns", "c2")), ["a"]);
-        index.follow(&watcher::Event::Apply(object("ns", "a", None)));
+        index.follow(&applied(object("ns", "a", None)));
         assert!(index.lookup("ns", "c2").is_empty(), "label removed");
-        index.follow(&watcher::Event::Apply(object("ns", "a", Some("c1"))));
-        index.follow(&watcher::Event::Delete(object("ns", "a", Some("c1"))));
+        index.follow(&applied(object("ns", "a", Some("c1"))));
+        index.follow(&Change::Deleted(Arc::new(object("ns", "a", Some("c1")))));
         assert!(index.lookup("ns", "c1").is_empty());
         assert!(index.is_empty());
     }
@@ -244,32 +238,31 @@ mod tests {
             ]
             .into(),
         );
-        index.follow(&watcher::Event::Apply(reader.clone()));
+        index.follow(&applied(reader.clone()));
         assert_eq!(names(index.lookup("ns", "creds")), ["host"]);
         assert_eq!(names(index.lookup("ns", "user")), ["host"]);
         reader.data = Some([("a".to_owned(), "creds2".to_owned())].into());
-        index.follow(&watcher::Event::Apply(reader));
+        index.follow(&applied(reader));
         assert!(index.lookup("ns", "creds").is_empty());
         assert!(index.lookup("ns", "user").is_empty());
         assert_eq!(names(index.lookup("ns", "creds2")), ["host"]);
     }
 
     #[test]
-    fn a_relist_drops_objects_deleted_meanwhile_and_finds_listed_ones_at_once() {
+    fn a_list_replaces_the_index() {
         let index = index();
-        index.follow(&watcher::Event::Init);
-        index.follow(&watcher::Event::InitApply(object("ns", "gone", Some("c1"))));
-        index.follow(&watcher::Event::InitDone);
+        index.follow(&Change::Listed(vec![Arc::new(object(
+            "ns",
+            "gone",
+            Some("c1"),
+        ))]));
         assert_eq!(names(index.lookup("ns", "c1")), ["gone"]);
         // The watch restarts; "gone" was deleted while it was down, "new" created.
-        index.follow(&watcher::Event::Init);
-        index.follow(&watcher::Event::InitApply(object("ns", "new", Some("c1"))));
-        assert_eq!(
-            names(index.lookup("ns", "c1")),
-            ["gone", "new"],
-            "during the relist, the old map plus what was listed"
-        );
-        index.follow(&watcher::Event::InitDone);
+        index.follow(&Change::Listed(vec![Arc::new(object(
+            "ns",
+            "new",
+            Some("c1"),
+        ))]));
         assert_eq!(names(index.lookup("ns", "c1")), ["new"]);
     }
 }

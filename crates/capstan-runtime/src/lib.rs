@@ -37,6 +37,7 @@ pub mod metrics;
 pub mod patch;
 pub mod pauses;
 pub mod secrets;
+pub mod stores;
 pub mod tables;
 pub mod watches;
 

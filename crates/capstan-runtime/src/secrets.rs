@@ -43,8 +43,9 @@ impl ObjectCache<Secret> {
     }
 }
 
-/// Logs a watch failure without anything a decoder quoted from a Secret.
-fn log_watch_error(_kind: &str, err: &watcher::Error) {
+/// Logs a watch failure of `kind` without anything a decoder quoted from an object (also used by
+/// the shared stores, any of which may hold Secrets).
+pub(crate) fn log_watch_error(kind: &str, err: &watcher::Error) {
     let quotes_data = matches!(
         err,
         watcher::Error::InitialListFailed(kube::Error::SerdeError(_))
@@ -52,8 +53,11 @@ fn log_watch_error(_kind: &str, err: &watcher::Error) {
             | watcher::Error::WatchFailed(kube::Error::SerdeError(_))
     );
     if quotes_data {
-        tracing::debug!("Secret cache watch: a Secret could not be decoded (values not shown)");
+        tracing::debug!(
+            kind,
+            "cache watch: an object could not be decoded (values not shown)"
+        );
     } else {
-        tracing::debug!(error = %crate::controller::ErrorChain(err), "Secret cache watch");
+        tracing::debug!(kind, error = %crate::controller::ErrorChain(err), "cache watch");
     }
 }

@@ -24,6 +24,7 @@
 //! with [`ObjectCache::get_live`].
 
 use crate::CancellationToken;
+use crate::stores::{Change, SharedStore, StoredKind};
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::core::NamespaceResourceScope;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -34,6 +35,7 @@ use std::collections::HashMap;
 use std::fmt::Debug;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::sync::mpsc;
 
 /// The annotation `kubectl apply` writes: a copy of the whole object.
 pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -93,10 +95,15 @@ struct Seen<V> {
 impl<V> Seen<V> {
     /// Whether `self` may replace `stored`: not when both versions are known and it is older, and
     /// at the same version only a deletion (a trigger may hand over a deleted object's last state
-    /// after the table's own watch recorded the deletion).
-    fn supersedes(&self, stored: &Seen<V>) -> bool {
+    /// after the table's own watch recorded the deletion) or, when `shared`, the shared store's
+    /// own object in place of a copy the table was handed (an object this process just wrote),
+    /// so the table holds no copy of its own.
+    fn supersedes(&self, stored: &Seen<V>, shared: bool) -> bool {
         match (self.version, stored.version) {
-            (Some(new), Some(old)) => new > old || (new == old && self.value.is_none()),
+            (Some(new), Some(old)) => {
+                new > old
+                    || (new == old && (self.value.is_none() || (shared && stored.value.is_some())))
+            }
             _ => true,
         }
     }
@@ -139,11 +146,11 @@ impl<V: Clone> Table<V> {
     }
 
     /// Records an object (or its deletion) in the known set and in a list in progress, unless a
-    /// newer version is there.
-    fn apply(&mut self, key: Key, new: Seen<V>) {
+    /// newer version is there (see [`Seen::supersedes`] for `shared`).
+    fn apply(&mut self, key: Key, new: Seen<V>, shared: bool) {
         for map in std::iter::once(&mut self.entries).chain(self.listing.as_mut()) {
             match map.get_mut(&key) {
-                Some(stored) if !new.supersedes(stored) => {}
+                Some(stored) if !new.supersedes(stored, shared) => {}
                 Some(stored) => *stored = new.clone(),
                 None => {
                     map.insert(key.clone(), new.clone());
@@ -162,7 +169,42 @@ impl<V: Clone> Table<V> {
                 version: version_of(object),
                 value: (!deleted).then(|| project(object)),
             },
+            false,
         );
+    }
+
+    /// Records one change of the kind's shared store, holding `share` of the store's own objects.
+    /// A completed list replaces the table, keeping only the entries newer than the list's (an
+    /// object this process wrote meanwhile); one the list lacks is read live when asked.
+    fn follow_shared<K: Resource>(&mut self, change: &Change<K>, share: fn(&Arc<K>) -> V) {
+        let seen = |object: &Arc<K>, deleted: bool| Seen {
+            version: version_of(&**object),
+            value: (!deleted).then(|| share(object)),
+        };
+        match change {
+            Change::Applied(object) | Change::Deleted(object) => {
+                if let Some(key) = key_of(&**object) {
+                    let deleted = matches!(change, Change::Deleted(_));
+                    self.apply(key, seen(object, deleted), true);
+                }
+            }
+            Change::Listed(objects) => {
+                let mut listed: HashMap<Key, Seen<V>> = objects
+                    .iter()
+                    .filter_map(|object| Some((key_of(&**object)?, seen(object, false))))
+                    .collect();
+                for (key, held) in self.entries.drain() {
+                    if let Some(in_list) = listed.get_mut(&key)
+                        && matches!((held.version, in_list.version), (Some(h), Some(l)) if h > l)
+                    {
+                        *in_list = held;
+                    }
+                }
+                self.entries = listed;
+                self.listing = None;
+                self.synced = true;
+            }
+        }
     }
 
     fn follow<K: Resource>(&mut self, event: &watcher::Event<K>, project: impl Fn(&K) -> V) {
@@ -180,7 +222,7 @@ impl<V: Clone> Table<V> {
                 };
                 if listing
                     .get(&key)
-                    .is_none_or(|stored| new.supersedes(stored))
+                    .is_none_or(|stored| new.supersedes(stored, false))
                 {
                     listing.insert(key, new);
                 }
@@ -206,8 +248,16 @@ fn log_watch_error(kind: &str, err: &watcher::Error) {
     tracing::debug!(kind, error = %crate::controller::ErrorChain(err), "object table watch");
 }
 
+/// A feed from the kind's shared store: how to subscribe, and what to hold of each of its objects.
+struct SharedFeed<K, V> {
+    subscribe: Box<dyn Fn() -> mpsc::UnboundedReceiver<Change<K>> + Send + Sync>,
+    share: fn(&Arc<K>) -> V,
+}
+
 struct TableInner<K: Resource, V> {
     api: Api<K>,
+    /// When set, the table follows the kind's shared store instead of a watch of its own.
+    shared: Option<SharedFeed<K, V>>,
     kind: String,
     /// When set, only objects carrying this label are held (and watched).
     label: Option<&'static str>,
@@ -260,6 +310,7 @@ where
                 api,
                 kind: kind.into(),
                 label: None,
+                shared: None,
                 shutdown,
                 started: AtomicBool::new(false),
                 table: Mutex::new(Table::default()),
@@ -281,6 +332,21 @@ where
     #[must_use]
     pub fn with_label(self, label: &'static str) -> Self {
         self.configured(|inner| inner.label = Some(label))
+    }
+
+    /// The same table, following `store` (the kind's store for the whole process) instead of a
+    /// watch of its own and holding `share` of the store's objects (before first use).
+    #[must_use]
+    pub fn following(self, store: SharedStore<K>, share: fn(&Arc<K>) -> V) -> Self
+    where
+        K: StoredKind,
+    {
+        self.configured(|inner| {
+            inner.shared = Some(SharedFeed {
+                subscribe: Box::new(move || store.subscribe()),
+                share,
+            });
+        })
     }
 
     /// The same table with `change` made to its settings; only before first use, while no clone
@@ -371,8 +437,24 @@ where
             return;
         }
         let table = self.clone();
-        let api = self.inner.api.clone();
         let shutdown = self.inner.shutdown.clone();
+        if let Some(feed) = &self.inner.shared {
+            let mut changes = (feed.subscribe)();
+            let share = feed.share;
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        () = shutdown.cancelled() => break,
+                        change = changes.recv() => match change {
+                            Some(change) => table.table().follow_shared(&change, share),
+                            None => break,
+                        },
+                    }
+                }
+            });
+            return;
+        }
+        let api = self.inner.api.clone();
         let config = self.watch_config();
         tokio::spawn(async move {
             use futures::StreamExt;
@@ -490,6 +572,19 @@ where
     pub fn with_error_log(self, log_error: ErrorLog) -> Self {
         Self {
             table: self.table.with_error_log(log_error),
+            namespaced: self.namespaced,
+        }
+    }
+
+    /// The same cache, following the kind's shared store instead of a watch of its own: its
+    /// entries are the store's own objects (before first use).
+    #[must_use]
+    pub fn following(self, store: SharedStore<K>) -> Self
+    where
+        K: StoredKind,
+    {
+        Self {
+            table: self.table.following(store, Arc::clone),
             namespaced: self.namespaced,
         }
     }
@@ -643,6 +738,15 @@ impl ObjectCaches {
     {
         self.of(format!("typed {}", std::any::type_name::<K>()), || {
             ObjectCache::typed(self.client.clone(), self.shutdown.clone())
+                .following(self.store::<K>())
+        })
+    }
+
+    /// The store of every `K` for the whole process (see [`crate::stores`]): the one the
+    /// controllers of `K` read and are triggered by, and the typed table of `K` follows.
+    pub fn store<K: StoredKind>(&self) -> SharedStore<K> {
+        self.of(format!("store {}", std::any::type_name::<K>()), || {
+            SharedStore::new(self.client.clone(), self.shutdown.clone())
         })
     }
 
@@ -800,5 +904,62 @@ mod tests {
         assert!(!annotations.contains_key(LAST_APPLIED));
         assert_eq!(annotations["kept"], "yes");
         assert_eq!(value_of(&kept), "one");
+    }
+
+    fn held(table: &Table<Arc<ConfigMap>>, name: &str) -> Option<Arc<ConfigMap>> {
+        match table.lookup("ns", name) {
+            Entry::Held { value, .. } => Some(value),
+            Entry::Unknown => None,
+        }
+    }
+
+    #[test]
+    fn a_table_following_the_shared_store_holds_the_stores_own_objects() {
+        let mut table: Table<Arc<ConfigMap>> = Table::default();
+        let listed = Arc::new(map("a", "5", "one"));
+        table.follow_shared(&Change::Listed(vec![listed.clone()]), Arc::clone);
+        assert!(Arc::ptr_eq(&held(&table, "a").unwrap(), &listed));
+
+        // This process wrote version 7 and recorded it; the store's own copy replaces it when the
+        // watch delivers that version, so the table keeps no copy of its own.
+        table.record(&map("a", "7", "two"), false, |m| Arc::new(m.clone()));
+        let written = held(&table, "a").unwrap();
+        assert_eq!(value_of(&written), "two");
+        let from_store = Arc::new(map("a", "7", "two"));
+        table.follow_shared(&Change::Applied(from_store.clone()), Arc::clone);
+        assert!(Arc::ptr_eq(&held(&table, "a").unwrap(), &from_store));
+        // ... and a copy recorded after the store's, at the same version, does not replace it.
+        table.record(&map("a", "7", "two"), false, |m| Arc::new(m.clone()));
+        assert!(Arc::ptr_eq(&held(&table, "a").unwrap(), &from_store));
+        table.follow_shared(&Change::Applied(Arc::new(map("a", "6", "old"))), Arc::clone);
+        assert_eq!(
+            value_of(&held(&table, "a").unwrap()),
+            "two",
+            "never an older version"
+        );
+
+        // A relist keeps what this process wrote after the list's version, drops what it lacks.
+        table.record(&map("a", "9", "three"), false, |m| Arc::new(m.clone()));
+        table.follow_shared(&Change::Applied(Arc::new(map("b", "8", "b"))), Arc::clone);
+        table.follow_shared(
+            &Change::Listed(vec![Arc::new(map("a", "8", "two"))]),
+            Arc::clone,
+        );
+        assert_eq!(value_of(&held(&table, "a").unwrap()), "three");
+        assert!(held(&table, "b").is_none(), "not listed: read live");
+
+        table.follow_shared(
+            &Change::Deleted(Arc::new(map("a", "10", "three"))),
+            Arc::clone,
+        );
+        assert!(held(&table, "a").is_none());
+        table.follow_shared(
+            &Change::Applied(Arc::new(map("a", "9", "three"))),
+            Arc::clone,
+        );
+        assert!(
+            held(&table, "a").is_none(),
+            "a deletion is not revived by an older version"
+        );
     }
 }

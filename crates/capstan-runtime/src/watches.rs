@@ -7,26 +7,24 @@
 //! [`watch_related`] adds such a watch for a kind known only at run time (a provider's kind given by
 //! group and kind, read untyped).
 //!
-//! [`Cache`] is a reflector store of one kind, filled by one watch, for controllers that read many
-//! objects on every pass (a MachineDeployment's MachineSets, a Cluster's Machines): reads come from
-//! memory instead of a list request each. A cache can lag behind a write the controller just made;
+//! [`Cache`] reads the store of one kind for the whole process ([`crate::stores`]), for controllers
+//! that read many objects on every pass (a Cluster's Machines, the hosts a Metal3Machine may
+//! claim): reads come from memory instead of a list request each. A cache can lag behind a write the controller just made;
 //! readers whose decisions would double an action on a stale read (creating replicas) list live.
 
-use crate::CancellationToken;
+use crate::stores::SharedStore;
 use crate::tables::ObjectCache;
 use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::discovery::{ApiCapabilities, Scope};
 use kube::runtime::controller::Controller;
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
-use std::any::{Any, TypeId};
-use std::collections::HashMap;
 use std::fmt::Debug;
 use std::hash::Hash;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How long a new cache may take to list its kind before reads fail (and the reconcile is retried).
@@ -180,7 +178,7 @@ pub async fn resolve_kind(
     Ok((resource, capabilities.scope == Scope::Namespaced))
 }
 
-/// A reflector store of every object of `K`, kept current by one watch until shutdown.
+/// Every object of `K`, read from the kind's store for the whole process ([`crate::stores`]).
 pub struct Cache<K: Resource<DynamicType = ()> + 'static>
 where
     K::DynamicType: Eq + Hash + Clone,
@@ -203,35 +201,11 @@ impl<K> Cache<K>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
-    /// Starts the watch that fills the cache; it stops when `shutdown` is cancelled.
-    pub fn start(client: Client, shutdown: CancellationToken) -> Self {
-        let (store, writer) = reflector::store();
-        let stream = reflector::reflector(
-            writer,
-            watcher(Api::<K>::all(client), watcher::Config::default())
-                .default_backoff()
-                // Nothing reads managed fields or the `last-applied` copy from a cache.
-                .modify(crate::tables::strip),
-        );
-        tokio::spawn(async move {
-            use futures::StreamExt;
-            let mut stream = std::pin::pin!(stream);
-            loop {
-                tokio::select! {
-                    () = shutdown.cancelled() => break,
-                    event = stream.next() => match event {
-                        Some(Ok(_)) => {}
-                        Some(Err(err)) => tracing::debug!(
-                            kind = %K::kind(&()),
-                            error = %crate::controller::ErrorChain(&err),
-                            "cache watch"
-                        ),
-                        None => break,
-                    },
-                }
-            }
-        });
-        Self { store }
+    /// The objects `store` holds (the kind's store for the whole process).
+    pub fn of(store: &SharedStore<K>) -> Self {
+        Self {
+            store: store.reader(),
+        }
     }
 
     /// Waits until the first list has filled the cache.
@@ -253,38 +227,6 @@ where
     pub fn list(&self, namespace: &str, keep: impl Fn(&K) -> bool) -> Vec<Arc<K>> {
         self.store
             .state_filter(|o| o.namespace().as_deref() == Some(namespace) && keep(o))
-    }
-}
-
-/// The caches of one controller, started on first use and stopped with it.
-#[derive(Default)]
-pub struct Caches {
-    started: Mutex<HashMap<TypeId, Box<dyn Any + Send + Sync>>>,
-}
-
-impl Caches {
-    /// The cache of `K`, started (and filled) on first use.
-    pub async fn of<K>(
-        &self,
-        client: &Client,
-        shutdown: &CancellationToken,
-    ) -> Result<Cache<K>, WatchError>
-    where
-        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-    {
-        let cache = {
-            // The map holds plain handles: still usable after a panic elsewhere.
-            let mut started = self.started.lock().unwrap_or_else(|p| p.into_inner());
-            let entry = started
-                .entry(TypeId::of::<K>())
-                .or_insert_with(|| Box::new(Cache::<K>::start(client.clone(), shutdown.clone())));
-            entry.downcast_ref::<Cache<K>>().cloned()
-        };
-        let cache = cache.ok_or_else(|| WatchError::Stopped {
-            kind: K::kind(&()).into_owned(),
-        })?;
-        cache.synced().await?;
-        Ok(cache)
     }
 }
 
