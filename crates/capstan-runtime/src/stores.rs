@@ -124,6 +124,12 @@ impl<K: StoredKind> SharedStore<K> {
         self.inner.reader.clone()
     }
 
+    /// Whether `other` is this same store.
+    #[cfg(test)]
+    pub(crate) fn is(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     /// Whether the first list completed.
     pub fn is_listed(&self) -> bool {
         self.inner.listed.load(Ordering::Acquire)

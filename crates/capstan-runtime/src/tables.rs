@@ -736,9 +736,10 @@ impl ObjectCaches {
     where
         K: CachedKind,
     {
+        // Taken first: `of` holds the map's lock while it makes a cache.
+        let store = self.store::<K>();
         self.of(format!("typed {}", std::any::type_name::<K>()), || {
-            ObjectCache::typed(self.client.clone(), self.shutdown.clone())
-                .following(self.store::<K>())
+            ObjectCache::typed(self.client.clone(), self.shutdown.clone()).following(store)
         })
     }
 
@@ -960,6 +961,29 @@ mod tests {
         assert!(
             held(&table, "a").is_none(),
             "a deletion is not revived by an older version"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_typed_cache_of_a_kind_follows_the_kinds_one_store() {
+        // Never dialled: nothing here reads.
+        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+        let objects =
+            ObjectCaches::new(Client::try_from(config).unwrap(), CancellationToken::new());
+        let cache = objects.typed::<ConfigMap>();
+        assert!(
+            cache.table().inner.shared.is_some(),
+            "fed by the store, not a watch of its own"
+        );
+        let again = objects.typed::<ConfigMap>();
+        assert!(
+            Arc::ptr_eq(&cache.table().inner, &again.table().inner),
+            "one table per kind"
+        );
+        let store = objects.store::<ConfigMap>();
+        assert!(
+            store.is(&objects.store::<ConfigMap>()),
+            "one store per kind"
         );
     }
 }
