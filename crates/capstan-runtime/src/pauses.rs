@@ -17,11 +17,10 @@
 //! Cluster it does not know yet (just created, or the cache still filling) is read as before.
 
 use crate::CancellationToken;
-use crate::tables::{Entry, ObjectCache};
+use crate::tables::{Entry, Held, ObjectCache};
 use kube::Client;
 use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::watcher;
-use std::sync::Arc;
 
 /// The `cluster.x-k8s.io` Cluster as the pause check reads it: untyped, so no Cluster version or
 /// shape can make a read fail.
@@ -60,10 +59,13 @@ pub enum Pause {
 }
 
 impl Pause {
-    fn of(entry: Entry<Arc<DynamicObject>>) -> Self {
+    fn of(entry: Entry<Held<DynamicObject>>) -> Self {
         match entry {
-            Entry::Held { value, .. } if cluster_is_paused(&value) => Pause::Paused,
-            Entry::Held { .. } => Pause::Running,
+            Entry::Held { value, .. } => match value.object() {
+                Some(cluster) if cluster_is_paused(&cluster) => Pause::Paused,
+                Some(_) => Pause::Running,
+                None => Pause::Unknown,
+            },
             Entry::Unknown => Pause::Unknown,
         }
     }
@@ -142,9 +144,9 @@ mod tests {
         object
     }
 
-    fn held(object: DynamicObject) -> Entry<Arc<DynamicObject>> {
+    fn held(object: DynamicObject) -> Entry<Held<DynamicObject>> {
         Entry::Held {
-            value: Arc::new(object),
+            value: Held::Object(std::sync::Arc::new(object)),
             version: None,
         }
     }

@@ -29,6 +29,7 @@ use kube::api::{Api, ApiResource, DynamicObject};
 use kube::core::NamespaceResourceScope;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::any::Any;
 use std::collections::HashMap;
@@ -478,14 +479,58 @@ where
 /// The `Api` of one namespace of a kind (typed or untyped).
 type NamespacedApi<K> = Arc<dyn Fn(&str) -> Api<K> + Send + Sync>;
 
+/// How an [`ObjectCache`] holds one object.
+#[derive(Debug)]
+pub enum Held<K> {
+    /// The object itself (for a cache following its kind's store, the store's own allocation).
+    Object(Arc<K>),
+    /// The object's JSON, decoded when read: an untyped object held as a tree of JSON values took
+    /// several times the memory of its text, for objects read a few times per change.
+    Json(Arc<[u8]>),
+}
+
+impl<K> Clone for Held<K> {
+    fn clone(&self) -> Self {
+        match self {
+            Held::Object(object) => Held::Object(object.clone()),
+            Held::Json(text) => Held::Json(text.clone()),
+        }
+    }
+}
+
+impl<K: DeserializeOwned> Held<K> {
+    /// The object; `None` when its JSON no longer decodes (then it is read live).
+    pub fn object(&self) -> Option<Arc<K>> {
+        match self {
+            Held::Object(object) => Some(object.clone()),
+            Held::Json(text) => serde_json::from_slice(text).ok().map(Arc::new),
+        }
+    }
+}
+
 fn keep_slim<K: Resource + Clone>(object: &K) -> Arc<K> {
     Arc::new(slim(object.clone()))
+}
+
+fn hold_slim<K: Resource + Clone>(object: &K) -> Held<K> {
+    Held::Object(keep_slim(object))
+}
+
+fn hold_json<K: Resource + Clone + Serialize>(object: &K) -> Held<K> {
+    match serde_json::to_vec(&slim(object.clone())) {
+        Ok(text) => Held::Json(text.into()),
+        Err(_) => Held::Object(keep_slim(object)),
+    }
+}
+
+fn hold_shared<K>(object: &Arc<K>) -> Held<K> {
+    Held::Object(object.clone())
 }
 
 /// A [`WatchTable`] of whole objects (without managed fields and the applied copy) of a namespaced
 /// kind, that reads live what it cannot answer (cheap to clone).
 pub struct ObjectCache<K: Resource> {
-    table: WatchTable<K, Arc<K>>,
+    table: WatchTable<K, Held<K>>,
     namespaced: NamespacedApi<K>,
 }
 
@@ -537,7 +582,7 @@ where
     pub fn typed(client: Client, shutdown: CancellationToken) -> Self {
         let reader = client.clone();
         Self {
-            table: WatchTable::new(Api::all(client), K::kind(&()), shutdown, keep_slim),
+            table: WatchTable::new(Api::all(client), K::kind(&()), shutdown, hold_slim),
             namespaced: Arc::new(move |namespace| Api::namespaced(reader.clone(), namespace)),
         }
     }
@@ -553,7 +598,7 @@ impl ObjectCache<DynamicObject> {
                 Api::all_with(client, resource),
                 resource.kind.clone(),
                 shutdown,
-                keep_slim,
+                hold_slim,
             ),
             namespaced: Arc::new(move |namespace| {
                 Api::namespaced_with(reader.clone(), namespace, &namespaced_resource)
@@ -576,6 +621,19 @@ where
         }
     }
 
+    /// The same cache, holding each object as its JSON (see [`Held::Json`]), for an untyped kind
+    /// held in many objects and read a few times per change (before first use).
+    #[must_use]
+    pub fn as_json(self) -> Self
+    where
+        K: Serialize,
+    {
+        Self {
+            table: self.table.configured(|inner| inner.project = hold_json),
+            namespaced: self.namespaced,
+        }
+    }
+
     /// The same cache, following the kind's shared store instead of a watch of its own: its
     /// entries are the store's own objects (before first use).
     #[must_use]
@@ -584,13 +642,13 @@ where
         K: StoredKind,
     {
         Self {
-            table: self.table.following(store, Arc::clone),
+            table: self.table.following(store, hold_shared),
             namespaced: self.namespaced,
         }
     }
 
     /// The table underneath.
-    pub fn table(&self) -> &WatchTable<K, Arc<K>> {
+    pub fn table(&self) -> &WatchTable<K, Held<K>> {
         &self.table
     }
 
@@ -613,7 +671,15 @@ where
     /// reading live.
     pub fn peek(&self, namespace: &str, name: &str) -> Option<Arc<K>> {
         match self.table.table().lookup(namespace, name) {
-            Entry::Held { value, .. } => Some(value),
+            Entry::Held { value, .. } => value.object(),
+            Entry::Unknown => None,
+        }
+    }
+
+    /// What the table answers for `name` in `namespace`, decoded (starts the watch on first use).
+    fn lookup(&self, namespace: &str, name: &str) -> Option<(Arc<K>, Option<u64>)> {
+        match self.table.lookup(namespace, name) {
+            Entry::Held { value, version } => Some((value.object()?, version)),
             Entry::Unknown => None,
         }
     }
@@ -621,9 +687,9 @@ where
     /// `name` in `namespace`: from memory when the cache holds it, else read live (and
     /// remembered). `Ok(None)` only from a live read: the object does not exist.
     pub async fn get(&self, namespace: &str, name: &str) -> Result<Option<Arc<K>>, kube::Error> {
-        match self.table.lookup(namespace, name) {
-            Entry::Held { value, .. } => Ok(Some(value)),
-            Entry::Unknown => self.get_live(namespace, name).await,
+        match self.lookup(namespace, name) {
+            Some((object, _)) => Ok(Some(object)),
+            None => self.get_live(namespace, name).await,
         }
     }
 
@@ -637,7 +703,10 @@ where
         name: &str,
     ) -> Result<Option<Arc<K>>, kube::Error> {
         match self.table.lookup(namespace, name) {
-            Entry::Held { value, .. } => Ok(Some(value)),
+            Entry::Held { value, .. } => match value.object() {
+                Some(object) => Ok(Some(object)),
+                None => self.get_live(namespace, name).await,
+            },
             Entry::Unknown if self.table.is_synced() => Ok(None),
             Entry::Unknown => self.get_live(namespace, name).await,
         }
@@ -652,16 +721,10 @@ where
         version: Option<&str>,
     ) -> Result<Option<Arc<K>>, kube::Error> {
         let wanted = version.and_then(|v| v.parse::<u64>().ok());
-        if let (
-            Some(wanted),
-            Entry::Held {
-                value,
-                version: Some(held),
-            },
-        ) = (wanted, self.table.lookup(namespace, name))
+        if let (Some(wanted), Some((object, Some(held)))) = (wanted, self.lookup(namespace, name))
             && held >= wanted
         {
-            return Ok(Some(value));
+            return Ok(Some(object));
         }
         self.get_live(namespace, name).await
     }
@@ -764,13 +827,14 @@ impl ObjectCaches {
     }
 
     /// The cache of the namespaced kind `resource`, read untyped: one per kind and version (the
-    /// kinds of one group version, Metal3Machine and Metal3Cluster, each have their own).
+    /// kinds of one group version, Metal3Machine and Metal3Cluster, each have their own). It
+    /// holds each object as its JSON ([`Held::Json`]): these kinds (a provider's machines, the
+    /// bootstrap configs) are held in thousands and read a few times per change.
     pub fn dynamic(&self, resource: &ApiResource) -> ObjectCache<DynamicObject> {
         let key = format!("dynamic {} {}", resource.api_version, resource.kind);
         self.of(key, || {
-            ObjectCache::dynamic(self.client.clone(), self.shutdown.clone(), resource)
+            ObjectCache::dynamic(self.client.clone(), self.shutdown.clone(), resource).as_json()
         })
-        .clone()
     }
 }
 
@@ -984,6 +1048,42 @@ mod tests {
         assert!(
             store.is(&objects.store::<ConfigMap>()),
             "one store per kind"
+        );
+    }
+
+    #[test]
+    fn an_untyped_object_held_as_json_reads_back_whole_without_managed_fields() {
+        let object: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "Metal3Machine",
+            "metadata": {
+                "namespace": "ns", "name": "m", "resourceVersion": "12",
+                "annotations": {LAST_APPLIED: "{}", "keep": "me"},
+                "managedFields": [{"manager": "capstan", "operation": "Update"}],
+            },
+            "spec": {"providerID": "metal3://ns/h/m", "image": {"url": "http://x/i.img"}},
+            "status": {"ready": true, "addresses": [{"type": "InternalIP", "address": "10.0.0.5"}]},
+        }))
+        .unwrap();
+        let mut table: Table<Held<DynamicObject>> = Table::default();
+        table.follow(&watcher::Event::Init, hold_json);
+        table.follow(&watcher::Event::InitApply(object.clone()), hold_json);
+        table.follow(&watcher::Event::InitDone, hold_json);
+        let Entry::Held { value, version } = table.lookup("ns", "m") else {
+            panic!("held")
+        };
+        assert!(matches!(value, Held::Json(_)));
+        assert_eq!(version, Some(12));
+        let read = value.object().unwrap();
+        assert_eq!(*read, slim(object));
+        assert_eq!(
+            read.annotations().get("keep").map(String::as_str),
+            Some("me")
+        );
+        assert!(read.metadata.managed_fields.is_none());
+        assert!(
+            Held::<DynamicObject>::Json(b"not json".to_vec().into())
+                .object()
+                .is_none()
         );
     }
 }
