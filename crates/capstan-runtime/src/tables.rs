@@ -5,11 +5,14 @@
 //! each time, these reads were most of the requests of a cluster creation. A [`WatchTable`] keeps
 //! what one watch of a kind delivers, per (namespace, name), projected to what its readers need (a
 //! whole object without its managed fields, or only whether a Cluster is paused); an
-//! [`ObjectCache`] is a table of whole objects that falls back to a live read; [`ObjectCaches`]
-//! holds one cache per kind for the whole process.
+//! [`ObjectCache`] is a table of whole objects that falls back to a live read (each held as the
+//! object itself or, in the untyped tables of referenced kinds, as its JSON: see [`Held`]);
+//! [`ObjectCaches`] holds one cache per kind for the whole process.
 //!
 //! What a table is fed: one watch of the kind, started on first use and stopped with the
-//! controllers; objects readers fetched live when the table could not answer; and `observe`, for an
+//! controllers — for a typed kind, the changes of the kind's store for the whole process
+//! ([`crate::stores`]), whose objects the table then holds rather than copies; objects readers
+//! fetched live when the table could not answer; and `observe`, for an
 //! object seen by another watch (a controller's trigger, before it queues the objects that read it,
 //! so their next reconcile sees that version) or just written. A newer resourceVersion is never
 //! replaced by an older one, whichever feed delivers first, and a deletion is kept as a tombstone so
