@@ -267,6 +267,15 @@ mod tests {
         (store, writer)
     }
 
+    /// What the store holds of `name`.
+    fn held(store: &SharedStore<ConfigMap>, name: &str) -> Arc<ConfigMap> {
+        store
+            .inner
+            .reader
+            .get(&ObjectRef::new(name).within("ns"))
+            .unwrap()
+    }
+
     #[tokio::test]
     async fn subscribers_get_the_stores_own_objects_and_late_ones_the_whole_store_first() {
         let (store, mut writer) = unstarted();
@@ -279,13 +288,8 @@ mod tests {
         let Change::Listed(all) = listed else {
             panic!("a list")
         };
-        let held = store
-            .inner
-            .reader
-            .get(&ObjectRef::new("a").within("ns"))
-            .unwrap();
         assert!(
-            Arc::ptr_eq(&all[0], &held),
+            Arc::ptr_eq(&all[0], &held(&store, "a")),
             "the subscriber holds the store's allocation"
         );
 
@@ -293,12 +297,7 @@ mod tests {
         let Change::Applied(b) = early.recv().await.unwrap() else {
             panic!("an apply")
         };
-        let held = store
-            .inner
-            .reader
-            .get(&ObjectRef::new("b").within("ns"))
-            .unwrap();
-        assert!(Arc::ptr_eq(&b, &held));
+        assert!(Arc::ptr_eq(&b, &held(&store, "b")));
 
         let mut late = store.subscribe();
         assert_eq!(names(&late.recv().await.unwrap()), ["a", "b"]);
