@@ -9,8 +9,9 @@
 //!
 //! [`Cache`] reads the store of one kind for the whole process ([`crate::stores`]), for controllers
 //! that read many objects on every pass (a Cluster's Machines, the hosts a Metal3Machine may
-//! claim): reads come from memory instead of a list request each. A cache can lag behind a write the controller just made;
-//! readers whose decisions would double an action on a stale read (creating replicas) list live.
+//! claim): reads come from memory instead of a list request each. A cache can lag behind a write
+//! the controller just made; readers whose decisions would double an action on a stale read
+//! (creating replicas) list live.
 
 use crate::stores::SharedStore;
 use crate::tables::ObjectCache;
