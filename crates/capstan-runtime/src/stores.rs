@@ -68,9 +68,8 @@ impl<K> StoredKind for K where
 struct Inner<K: StoredKind> {
     client: Client,
     shutdown: CancellationToken,
-    started: AtomicBool,
     reader: Store<K>,
-    /// Taken by the watch task when it starts.
+    /// Taken by the watch task when it starts (so `None` once started).
     writer: Mutex<Option<Writer<K>>>,
     /// Whether a first list completed (the reader's own readiness cannot be polled).
     listed: AtomicBool,
@@ -109,7 +108,6 @@ impl<K: StoredKind> SharedStore<K> {
             inner: Arc::new(Inner {
                 client,
                 shutdown,
-                started: AtomicBool::new(false),
                 reader: writer.as_reader(),
                 writer: Mutex::new(Some(writer)),
                 listed: AtomicBool::new(false),
@@ -158,9 +156,6 @@ impl<K: StoredKind> SharedStore<K> {
     }
 
     fn start(&self) {
-        if self.inner.started.swap(true, Ordering::AcqRel) {
-            return;
-        }
         let Some(mut writer) = self
             .inner
             .writer
@@ -261,8 +256,7 @@ mod tests {
         let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
         let client = Client::try_from(config).unwrap();
         let store = SharedStore::<ConfigMap>::new(client, CancellationToken::new());
-        // Marked started with the writer taken: the test feeds it.
-        store.inner.started.store(true, Ordering::Release);
+        // Started, as far as the store knows: the test takes the writer and feeds it.
         let writer = store.inner.writer.lock().unwrap().take().unwrap();
         (store, writer)
     }
