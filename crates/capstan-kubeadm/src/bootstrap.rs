@@ -3,7 +3,9 @@
 //!
 //! One pass:
 //! 1. Find the Machine (owner reference, else the Machine whose `spec.bootstrap.configRef` names
-//!    the config) and its Cluster; fold bootstrap reports into `BootstrapSucceeded`.
+//!    the config) and its Cluster; fold bootstrap reports into `BootstrapSucceeded`. Once the
+//!    Machine has its `nodeRef` the bootstrap has ended: close the config's reports
+//!    ([`report::close`]), so its token takes nothing more.
 //! 2. Data already written (Secret `<config>`): keep a joining node's bootstrap token alive in the
 //!    workload cluster until the Machine has a `nodeRef`; nothing is ever rendered twice.
 //! 3. Wait for the Cluster's `controlPlaneEndpoint`.
@@ -1105,6 +1107,41 @@ impl Reconciler for BootstrapController {
             }
         };
 
+        // The bootstrap has ended once the Machine has its Node: its report token is good for
+        // nothing more, so a report replayed later cannot rewrite how the bootstrap went.
+        let report_name = report::report_object_name(&name);
+        let node = machine
+            .as_ref()
+            .and_then(|m| m.status.as_ref())
+            .and_then(|s| s.node_ref.as_ref())
+            .and_then(|n| n.get("name"))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let mut closed_by_node = None;
+        if let (Some(node), Some(machine)) = (&node, &machine)
+            && let Some(token_secret) = context
+                .secrets()
+                .get(&namespace, &report_name)
+                .await
+                .map_err(api_error("reading", "Secret", &namespace, &report_name))?
+        {
+            closed_by_node = Some(node.clone());
+            if report::closed_because(&token_secret).is_none() {
+                let why = format!("Machine {} has Node {node}", machine.name_any());
+                if report::close(client, &config, &why)
+                    .await
+                    .map_err(api_error(
+                        "closing the bootstrap reports in",
+                        "Secret",
+                        &namespace,
+                        &report_name,
+                    ))?
+                {
+                    tracing::info!(namespace, config = %name, node = %node, "bootstrap reports closed: the Machine has its Node");
+                }
+            }
+        }
+
         // Status: only the fields this controller owns.
         let now = conditions::now();
         let generation = config.metadata.generation;
@@ -1139,8 +1176,7 @@ impl Reconciler for BootstrapController {
         let mut ready_condition = data_condition.clone();
         ready_condition.type_ = "Ready".into();
         // Reports of the node.
-        let report_name = report::report_object_name(&name);
-        let summary = context
+        let mut summary = context
             .objects()
             .typed_labelled::<ConfigMap>(report::REPORT_LABEL)
             .get_watched(&namespace, &report_name)
@@ -1148,6 +1184,20 @@ impl Reconciler for BootstrapController {
             .map_err(api_error("reading", "ConfigMap", &namespace, &report_name))?
             .and_then(|m| m.data.clone())
             .and_then(|d| report::summarize(&d));
+        // The Node joined before the node's last reports arrived (the kubelet registers during
+        // kubeadm, and reports close then): nothing failed, and the Node is the proof it worked.
+        if let (Some(node), Some(current)) = (&closed_by_node, &summary)
+            && current.status == conditions::UNKNOWN
+        {
+            summary = Some(report::Summary {
+                status: TRUE,
+                reason: report::REASON_SUCCEEDED,
+                message: format!(
+                    "Node {node} joined; reports closed with {}",
+                    current.message
+                ),
+            });
+        }
         let previous_bootstrap = conditions::get(&conds, report::CONDITION).cloned();
         if let Some(summary) = &summary {
             let condition = conditions::condition(

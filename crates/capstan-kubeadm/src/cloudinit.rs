@@ -164,6 +164,8 @@ pub fn step_runner(reporting: &Reporting) -> String {
 # Usage: capstan-step.sh INDEX TOTAL COMMAND
 # The command runs as cloud-init would run it (sh -c); its output still goes to cloud-init's log.
 # A report that cannot be delivered never changes the step's result.
+# Reports are numbered in the order they are sent (step N's start is 2N-1, its end 2N): capstan
+# takes each number once and in order, so a replayed or late report is refused.
 url='{url}'
 token='{token}'
 index="$1"
@@ -177,23 +179,23 @@ report() {{
     curl -sS -m 10 -o /dev/null -X POST \
       -H "Authorization: Bearer $token" -H "X-Capstan-Step: $index" -H "X-Capstan-Steps: $total" \
       -H "X-Capstan-State: $1" -H "X-Capstan-Exit-Code: $2" -H "X-Capstan-Command: $encoded" \
-      -H "Content-Type: text/plain" --data-binary "@$3" "$url" || true
+      -H "X-Capstan-Sequence: $4" -H "Content-Type: text/plain" --data-binary "@$3" "$url" || true
   elif command -v wget >/dev/null 2>&1; then
     wget -q -T 10 -O /dev/null \
       --header="Authorization: Bearer $token" --header="X-Capstan-Step: $index" --header="X-Capstan-Steps: $total" \
       --header="X-Capstan-State: $1" --header="X-Capstan-Exit-Code: $2" --header="X-Capstan-Command: $encoded" \
-      --header="Content-Type: text/plain" --post-file="$3" "$url" || true
+      --header="X-Capstan-Sequence: $4" --header="Content-Type: text/plain" --post-file="$3" "$url" || true
   fi
 }}
-report started 0 /dev/null
+report started 0 /dev/null $((index * 2 - 1))
 sh -c "$command" >"$log" 2>&1
 status=$?
 cat "$log"
 if [ "$status" -eq 0 ]; then
-  report succeeded 0 /dev/null
+  report succeeded 0 /dev/null $((index * 2))
 else
   tail -n {lines} "$log" | tail -c {bytes} > "$log.tail"
-  report failed "$status" "$log.tail"
+  report failed "$status" "$log.tail" $((index * 2))
 fi
 exit "$status"
 "#,
@@ -734,6 +736,11 @@ mod tests {
                 .unwrap()
                 .contains("reporttoken0123456789")
         );
+        // Each report carries its number in the node's order: start 2N-1, end 2N.
+        let runner_content = runner["content"].as_str().unwrap();
+        assert_eq!(runner_content.matches("X-Capstan-Sequence: $4").count(), 2);
+        assert!(runner_content.contains("report started 0 /dev/null $((index * 2 - 1))"));
+        assert!(runner_content.contains("report failed \"$status\" \"$log.tail\" $((index * 2))"));
         let runcmd = doc["runcmd"].as_vec().unwrap();
         assert_eq!(runcmd.len(), 4);
         for (index, step) in runcmd.iter().enumerate() {

@@ -27,7 +27,11 @@
 //! 6. Status: `replicas`, `readyReplicas`, `availableReplicas`, `upToDateReplicas` (and
 //!    `updatedReplicas`), `version` (oldest Machine's), `initialization.controlPlaneInitialized` (and
 //!    `initialized`, `ready`), `selector` (for `scale`), conditions `Available`, `SpecAccepted`,
-//!    `RollingOut`, `Scaling`, `EtcdClusterHealthy`.
+//!    `RollingOut`, `Scaling`, `MachinesReady`, `EtcdClusterHealthy`. A pass that waits for a
+//!    Machine to get a Node says why that Machine is not ready (its first condition that is not
+//!    True, which carries its bootstrap config's or infrastructure machine's reason): in `Scaling`,
+//!    in `MachinesReady`, and during a rollout in `RollingOut` (`the rollout waits for Machine M to
+//!    get a Node: InfrastructureReady … NoAvailableHost: …`).
 //!
 //! Refused with a condition and a Warning Event naming what to do: replicas below 1; a version more
 //! than one minor above the oldest Machine's (kubeadm upgrades one minor at a time); `maxSurge: 0`
@@ -213,11 +217,87 @@ enum Step {
     },
     Remove(String),
     Wait(String),
+    /// Nothing changes until `machine` has a Node; `message` says what it waits for itself.
+    WaitForMachine {
+        machine: String,
+        message: String,
+    },
     Refuse {
         reason: &'static str,
         message: String,
     },
     Settled,
+}
+
+/// The conditions that say why a Machine is not ready, in the order it needs them.
+const MACHINE_PREREQUISITES: [&str; 3] =
+    ["BootstrapConfigReady", "InfrastructureReady", "NodeReady"];
+
+/// Why `machine` is not ready, from its own conditions: the first of
+/// [`MACHINE_PREREQUISITES`] that is not True, as `TYPE REASON: MESSAGE` (its message carries
+/// the bootstrap config's or infrastructure machine's reason, e.g. a Metal3Machine's
+/// `NoAvailableHost` and which hosts exist), else its `Ready` reason.
+fn not_ready_because(machine: &Machine) -> Option<String> {
+    let conditions = machine.status.as_ref().map(|s| s.conditions.as_slice())?;
+    let describe = |c: &Condition| {
+        let mut text = c.type_.clone();
+        if let Some(reason) = c.reason.as_deref().filter(|r| !r.is_empty()) {
+            text.push(' ');
+            text.push_str(reason);
+        }
+        if let Some(message) = c.message.as_deref().filter(|m| !m.is_empty()) {
+            text.push_str(": ");
+            text.push_str(message);
+        }
+        text
+    };
+    MACHINE_PREREQUISITES
+        .iter()
+        .filter_map(|t| conditions::get(conditions, t))
+        .find(|c| c.status != TRUE)
+        .or_else(|| conditions::get(conditions, "Ready").filter(|c| c.status != TRUE))
+        .map(describe)
+}
+
+/// `MachinesReady`, as upstream aggregates its Machines' `Ready`: True `Ready` when every one is,
+/// True `NoReplicas` without Machines, else False `NotReady` (Unknown `ReadyUnknown` when none is
+/// False) naming each Machine that is not, and why.
+fn machines_ready(members: &[Member], generation: Option<i64>) -> Condition {
+    if members.is_empty() {
+        return conditions::condition("MachinesReady", TRUE, "NoReplicas", "", generation);
+    }
+    let mut lines = Vec::new();
+    let mut any_false = false;
+    for member in members {
+        let ready = member
+            .machine
+            .status
+            .as_ref()
+            .and_then(|s| conditions::get(&s.conditions, "Ready"));
+        match ready.map(|c| c.status.as_str()) {
+            Some(TRUE) => continue,
+            Some(FALSE) => any_false = true,
+            _ => {}
+        }
+        let why =
+            not_ready_because(&member.machine).unwrap_or_else(|| "no Ready condition yet".into());
+        lines.push(format!("* Machine {}: {why}", member.machine.name_any()));
+    }
+    if lines.is_empty() {
+        return conditions::condition("MachinesReady", TRUE, "Ready", "", generation);
+    }
+    let (status, reason) = if any_false {
+        (FALSE, "NotReady")
+    } else {
+        (UNKNOWN, "ReadyUnknown")
+    };
+    conditions::condition(
+        "MachinesReady",
+        status,
+        reason,
+        lines.join("\n"),
+        generation,
+    )
 }
 
 fn max_surge(spec: &Value) -> i64 {
@@ -265,10 +345,14 @@ fn decide(members: &[Member], replicas: i64, surge: i64, initialized: bool) -> S
         );
     }
     if let Some(pending) = members.iter().find(|m| !m.ready) {
-        return Step::Wait(format!(
-            "waiting for Machine {} to get a Node before the next change",
-            pending.machine.name_any()
-        ));
+        let machine = pending.machine.name_any();
+        let mut message =
+            format!("waiting for Machine {machine} to get a Node before the next change");
+        if let Some(why) = not_ready_because(&pending.machine) {
+            message.push_str(": ");
+            message.push_str(&why);
+        }
+        return Step::WaitForMachine { machine, message };
     }
     let count = i64::try_from(members.len()).unwrap_or(i64::MAX);
     let oldest = |outdated_only: bool| {
@@ -1206,7 +1290,7 @@ impl Reconciler for ControlPlaneController {
                     }
                 }
             }
-            Step::Wait(message) => {
+            Step::Wait(message) | Step::WaitForMachine { message, .. } => {
                 scaling = conditions::condition(
                     "Scaling",
                     UNKNOWN,
@@ -1269,6 +1353,19 @@ impl Reconciler for ControlPlaneController {
                                 certificates_expiry_days(&spec).unwrap_or_default()
                             ));
                         }
+                        // What holds the rollout up, so a wait that needs a person says so here.
+                        if let Step::WaitForMachine { machine, .. } = &step
+                            && let Some(waited) =
+                                members.iter().find(|m| &m.machine.name_any() == machine)
+                        {
+                            message.push_str(&format!(
+                                "; the rollout waits for Machine {machine} to get a Node"
+                            ));
+                            if let Some(why) = not_ready_because(&waited.machine) {
+                                message.push_str(": ");
+                                message.push_str(&why);
+                            }
+                        }
                         message
                     },
                     generation,
@@ -1301,6 +1398,7 @@ impl Reconciler for ControlPlaneController {
             },
             &now,
         );
+        conditions::set_condition(&mut conds, machines_ready(&members, generation), &now);
         conditions::set_condition(
             &mut conds,
             etcd_condition.unwrap_or_else(|| {
@@ -1340,7 +1438,9 @@ impl Reconciler for ControlPlaneController {
         // Machines are watched; only the workload cluster (initialisation, etcd) needs polling.
         Ok(match step {
             Step::Settled if !acted => Action::requeue(SETTLED),
-            Step::Wait(_) if initialized => Action::requeue(WAITING_ON_MACHINES),
+            Step::Wait(_) | Step::WaitForMachine { .. } if initialized => {
+                Action::requeue(WAITING_ON_MACHINES)
+            }
             _ => Action::requeue(PROGRESS),
         })
     }
@@ -1449,7 +1549,7 @@ mod tests {
         ));
         assert!(matches!(
             decide(std::slice::from_ref(&first), 3, 1, true),
-            Step::Wait(_)
+            Step::WaitForMachine { machine, .. } if machine == "a"
         ));
         let first = member("a", true, true, "2026-01-01T00:00:00Z");
         assert_eq!(
@@ -1507,6 +1607,74 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    fn with_conditions(mut member: Member, conditions: Value) -> Member {
+        member.machine.status =
+            Some(serde_json::from_value(json!({ "conditions": conditions })).unwrap());
+        member
+    }
+
+    fn cond(type_: &str, status: &str, reason: &str, message: &str) -> Value {
+        json!({"type": type_, "status": status, "reason": reason, "message": message,
+            "lastTransitionTime": "2026-01-01T00:00:00Z"})
+    }
+
+    #[test]
+    fn a_rollout_waiting_for_a_machine_says_why_the_machine_waits() {
+        let no_host = "Metal3Machine b is not provisioned yet: NoAvailableHost: no available BareMetalHost matches matchLabels {role=cp} (1 BareMetalHost in namespace ns, 1 matching: 0 available, 1 claimed): …";
+        let surge = with_conditions(
+            member("b", false, true, "2026-01-01T00:01:00Z"),
+            json!([
+                cond("BootstrapConfigReady", "True", "DataSecretAvailable", ""),
+                cond(
+                    "InfrastructureReady",
+                    "False",
+                    "WaitingForInfrastructure",
+                    no_host
+                ),
+                cond(
+                    "NodeReady",
+                    "Unknown",
+                    "WaitingForProviderID",
+                    "waiting for the providerID"
+                ),
+                cond("Ready", "False", "NotReady", ""),
+            ]),
+        );
+        let old = with_conditions(
+            member("a", true, false, "2026-01-01T00:00:00Z"),
+            json!([cond("Ready", "True", "Ready", "")]),
+        );
+        let members = [old, surge];
+        let Step::WaitForMachine { machine, message } = decide(&members, 1, 1, true) else {
+            panic!("not waiting for the Machine")
+        };
+        assert_eq!(machine, "b");
+        assert_eq!(
+            message,
+            format!(
+                "waiting for Machine b to get a Node before the next change: InfrastructureReady WaitingForInfrastructure: {no_host}"
+            )
+        );
+        let ready = machines_ready(&members, Some(2));
+        assert_eq!(ready.status, FALSE);
+        assert_eq!(ready.reason.as_deref(), Some("NotReady"));
+        assert_eq!(
+            ready.message.as_deref(),
+            Some(
+                format!("* Machine b: InfrastructureReady WaitingForInfrastructure: {no_host}")
+                    .as_str()
+            )
+        );
+        assert_eq!(
+            machines_ready(&members[..1], None).reason.as_deref(),
+            Some("Ready")
+        );
+        assert_eq!(
+            machines_ready(&[], None).reason.as_deref(),
+            Some("NoReplicas")
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! - [`cloudinit`]: the cloud-config in the layout Cluster API's kubeadm bootstrap provider emits,
 //!   optionally reporting each bootstrap step back to capstan.
 //! - [`report`]: the bootstrap report protocol and its HTTP endpoint.
+//! - [`redact`]: what is removed from a report before anyone without Secret access reads it.
 //! - [`bootstrap`]: the KubeadmConfig controller.
 //! - [`controlplane`]: the KubeadmControlPlane controller.
 //!
@@ -19,6 +20,7 @@ pub mod certs;
 pub mod cloudinit;
 pub mod controlplane;
 pub mod kubeadm_api;
+pub mod redact;
 pub mod report;
 
 use capstan_workload::{SharedEtcdMembership, SharedWorkloadAccess};

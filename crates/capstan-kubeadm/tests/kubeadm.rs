@@ -10,14 +10,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)]
 
-use capstan_apiserver::conversion::ApiVersionRewrite;
+use capstan_apiserver::ApiServer;
 use capstan_apiserver::in_process_client;
-use capstan_apiserver::{ApiServer, Auth};
 use capstan_kubeadm::bootstrap::{ANNOTATION_TOKEN_ID, BootstrapController, BootstrapSettings};
 use capstan_kubeadm::controlplane::{ControlPlaneController, ControlPlaneSettings};
 use capstan_kubeadm::report;
 use capstan_runtime::{CancellationToken, RunOptions, RuntimeError};
-use capstan_store::{Store, StoreOptions};
 use capstan_workload::{ClusterKey, EtcdMember, EtcdMembership, WorkloadAccess, WorkloadError};
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -28,6 +26,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::task::JoinHandle;
+
+mod support;
+
+use support::{api_server, serve_reports};
 
 const WAIT: Duration = Duration::from_secs(90);
 const NS: &str = "default";
@@ -179,17 +181,31 @@ struct Env {
     inits: Mutex<BTreeMap<String, BTreeSet<String>>>,
 }
 
-async fn api_server() -> (tempfile::TempDir, ApiServer) {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(&dir.path().join("state.db"), StoreOptions::default()).unwrap();
-    let server = ApiServer::new(
-        store,
-        Arc::new(ApiVersionRewrite),
-        Auth { tokens: Vec::new() },
-    )
-    .await
-    .unwrap();
-    (dir, server)
+/// The step runner of a bootstrap, written to a temporary directory and run as cloud-init runs
+/// it (step logs in that directory).
+struct StepRunner {
+    dir: tempfile::TempDir,
+    script: std::path::PathBuf,
+}
+
+impl StepRunner {
+    /// Writes `runner` (the script's text) to a new temporary directory.
+    fn new(runner: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("step.sh");
+        std::fs::write(&script, runner).unwrap();
+        Self { dir, script }
+    }
+
+    /// Runs step `index` of 4 with `command`, as `runcmd` runs each step.
+    fn run(&self, index: &str, command: &str) -> std::process::Output {
+        std::process::Command::new("sh")
+            .arg(&self.script)
+            .args([index, "4", command])
+            .env("CAPSTAN_STEP_LOG_DIR", self.dir.path())
+            .output()
+            .unwrap()
+    }
 }
 
 impl Env {
@@ -283,6 +299,66 @@ impl Env {
             .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .unwrap();
+    }
+
+    /// Starts a bootstrap report server on the management API and has the controllers started
+    /// after it write its URL into bootstrap data: its base URL.
+    async fn start_report_server(&mut self) -> String {
+        let url = serve_reports(&self.management).await;
+        self.report_base_url = Some(url.clone());
+        url
+    }
+
+    /// The first Machine of the KubeadmControlPlane `kcp`, once its bootstrap data Secret exists
+    /// (failing after `WAIT`).
+    async fn first_machine_with_data(&self, kcp: &str) -> String {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            if let Some(machine) = self.kcp_machines(kcp).await.first()
+                && self.secret(&machine.name_any()).await.is_some()
+            {
+                return machine.name_any();
+            }
+            assert!(tokio::time::Instant::now() < deadline, "no bootstrap data");
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// The bootstrap data of `machine` (its cloud-config document) and the step runner script it
+    /// writes.
+    async fn bootstrap_data(&self, machine: &str) -> (yaml_rust2::Yaml, String) {
+        let value = String::from_utf8(
+            self.secret(machine).await.unwrap().data.unwrap()["value"]
+                .0
+                .clone(),
+        )
+        .unwrap();
+        let doc = yaml_rust2::YamlLoader::load_from_str(&value)
+            .unwrap()
+            .remove(0);
+        let runner = doc["write_files"]
+            .as_vec()
+            .unwrap()
+            .iter()
+            .find(|f| f["path"].as_str() == Some(capstan_kubeadm::cloudinit::STEP_RUNNER_PATH))
+            .unwrap()["content"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        (doc, runner)
+    }
+
+    /// The bootstrap report condition (`report::CONDITION`) of the KubeadmConfig `config`, which
+    /// must have one.
+    async fn report_condition(&self, config: &str) -> Value {
+        let config = self.api(&configs_r()).get(config).await.unwrap();
+        config.data["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == report::CONDITION)
+            .unwrap()
+            .clone()
     }
 
     async fn secret(&self, name: &str) -> Option<Secret> {
@@ -1045,42 +1121,12 @@ async fn version_rollout_with_max_surge_zero() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failing_bootstrap_step_is_reported_on_the_config() {
     let mut env = Env::start().await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let router = report::router(in_process_client(env.management.router()));
-    tokio::spawn(async move { axum::serve(listener, router).await });
-    env.report_base_url = Some(url.clone());
+    let url = env.start_report_server().await;
     env.start_controllers();
     env.cluster("c5", Some("c5-cp")).await;
     env.kcp("c5-cp", "c5", 1, "v1.31.2", 1).await;
-    let deadline = tokio::time::Instant::now() + WAIT;
-    let machine = loop {
-        if let Some(machine) = env.kcp_machines("c5-cp").await.first()
-            && env.secret(&machine.name_any()).await.is_some()
-        {
-            break machine.name_any();
-        }
-        assert!(tokio::time::Instant::now() < deadline, "no bootstrap data");
-        tokio::time::sleep(POLL).await;
-    };
-    let value = String::from_utf8(
-        env.secret(&machine).await.unwrap().data.unwrap()["value"]
-            .0
-            .clone(),
-    )
-    .unwrap();
-    let doc = yaml_rust2::YamlLoader::load_from_str(&value)
-        .unwrap()
-        .remove(0);
-    let runner = doc["write_files"]
-        .as_vec()
-        .unwrap()
-        .iter()
-        .find(|f| f["path"].as_str() == Some(capstan_kubeadm::cloudinit::STEP_RUNNER_PATH))
-        .unwrap()["content"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let machine = env.first_machine_with_data("c5-cp").await;
+    let (doc, runner) = env.bootstrap_data(&machine).await;
     let token = String::from_utf8(
         env.secret(&report::report_object_name(&machine))
             .await
@@ -1096,17 +1142,8 @@ async fn failing_bootstrap_step_is_reported_on_the_config() {
     assert_eq!(runcmd[0][4].as_str(), Some("sh /etc/kube-vip-prepare.sh"));
 
     // Run the runner as cloud-init would: step 1 succeeds, step 2 fails with output.
-    let dir = tempfile::tempdir().unwrap();
-    let script = dir.path().join("step.sh");
-    std::fs::write(&script, &runner).unwrap();
-    let run = |index: &str, command: &str| {
-        std::process::Command::new("sh")
-            .arg(&script)
-            .args([index, "4", command])
-            .env("CAPSTAN_STEP_LOG_DIR", dir.path())
-            .output()
-            .unwrap()
-    };
+    let steps = StepRunner::new(&runner);
+    let run = |index: &str, command: &str| steps.run(index, command);
     assert!(run("1", "echo fine").status.success());
     let failed = run(
         "2",
@@ -1137,14 +1174,7 @@ async fn failing_bootstrap_step_is_reported_on_the_config() {
             })
     })
     .await;
-    let config = env.api(&configs_r()).get(&machine).await.unwrap();
-    let condition = config.data["status"]["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == report::CONDITION)
-        .unwrap()
-        .clone();
+    let condition = env.report_condition(&machine).await;
     let message = condition["message"].as_str().unwrap();
     assert!(
         message.starts_with("step 2/4 failed with exit code 3: echo preparing;"),
@@ -1207,6 +1237,59 @@ async fn failing_bootstrap_step_is_reported_on_the_config() {
         .await
         .unwrap();
     assert!(!reports.data.unwrap().contains_key("step-003"));
+    env.stop_controllers().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reports_close_when_the_machine_has_its_node() {
+    let mut env = Env::start().await;
+    env.start_report_server().await;
+    env.start_controllers();
+    env.cluster("c6", Some("c6-cp")).await;
+    env.kcp("c6-cp", "c6", 1, "v1.31.2", 1).await;
+    let machine = env.first_machine_with_data("c6-cp").await;
+    let (_, runner) = env.bootstrap_data(&machine).await;
+    let steps = StepRunner::new(&runner);
+    let run = |index: &str, command: &str| steps.run(index, command);
+    // Step 1 of 4 reported; then the Node joins (the test plays it) before the others report.
+    assert!(run("1", "echo fine").status.success());
+    let report_name = report::report_object_name(&machine);
+    env.converge(
+        "the reports closed and the bootstrap taken as done",
+        || async {
+            let closed = env.secret(&report_name).await.and_then(|s| {
+                s.annotations()
+                    .get("bootstrap.capstan.io/reports-closed")
+                    .cloned()
+            });
+            let config = env.api(&configs_r()).get(&machine).await.unwrap();
+            let succeeded = config.data["status"]["conditions"]
+                .as_array()
+                .is_some_and(|c| {
+                    c.iter().any(|c| {
+                        c["type"] == report::CONDITION
+                            && c["status"] == "True"
+                            && c["message"]
+                                .as_str()
+                                .is_some_and(|m| m.contains("joined; reports closed with step 1/4"))
+                    })
+                });
+            closed.is_some_and(|why| why.contains("has Node")) && succeeded
+        },
+    )
+    .await;
+    // A later report with the node's own token is refused and changes nothing.
+    let late = run("2", "echo late >&2; exit 3");
+    assert_eq!(late.status.code(), Some(3), "the step's exit code is kept");
+    let reports = Api::<ConfigMap>::namespaced(env.client.clone(), NS)
+        .get(&report_name)
+        .await
+        .unwrap()
+        .data
+        .unwrap();
+    assert!(!reports.contains_key("step-002"), "{reports:?}");
+    let condition = env.report_condition(&machine).await;
+    assert_eq!(condition["status"], "True", "{condition}");
     env.stop_controllers().await;
 }
 
