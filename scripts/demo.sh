@@ -21,7 +21,9 @@
 # server it started.
 #
 # Environment:
-#   CAPSTAN_DEMO_PROFILE  release (default) or dev: the cargo profile to build and run
+#   CAPSTAN_DEMO_PROFILE  dev (default) or release: the cargo profile to build and run. dev is the
+#                         fastest cold build (workspace crates unoptimised, dependencies at
+#                         opt-level 1), plenty for simulated machines; release is the optimised one
 #   CARGO_TARGET_DIR      honoured as cargo honours it
 #   CAPSTAN_BIN           a capstan binary to use instead of building one
 #   CAPSTAN_DEMO_LISTEN   the API's address (default 127.0.0.1:6443, or a free port when that is taken)
@@ -80,7 +82,7 @@ elif [ $# -gt 0 ]; then
 fi
 
 # --- build -------------------------------------------------------------------------------------------
-profile=${CAPSTAN_DEMO_PROFILE:-release}
+profile=${CAPSTAN_DEMO_PROFILE:-dev}
 if [ -n "${CAPSTAN_BIN:-}" ]; then
   capstan=$CAPSTAN_BIN
   say "using $capstan"
@@ -88,9 +90,17 @@ else
   case $profile in
     release) build_flag=--release; out_dir=release ;;
     dev) build_flag=; out_dir=debug ;;
-    *) echo "CAPSTAN_DEMO_PROFILE must be release or dev, not $profile" >&2; exit 2 ;;
+    *) echo "CAPSTAN_DEMO_PROFILE must be dev or release, not $profile" >&2; exit 2 ;;
   esac
-  say "building capstan ($profile profile; the first build compiles every dependency and takes several minutes)"
+  # A fresh machine lacks libvirt's development files (the KVM provider links libvirt) and perhaps
+  # the C toolchain: install them (as root or with sudo), or say the exact command and stop.
+  say "checking the build's system packages (scripts/install-deps.sh build)"
+  scripts/install-deps.sh build
+  if ! command -v cargo >/dev/null; then
+    echo "cargo is not on PATH: install Rust (https://rustup.rs, or Debian's rustup package) and run again" >&2
+    exit 2
+  fi
+  say "building capstan ($profile profile; the first build compiles every dependency: several minutes, with cargo's progress below)"
   # Not --quiet: cargo's progress shows that the build is moving.
   cargo build $build_flag --package capstan-cli --bin capstan
   capstan=${CARGO_TARGET_DIR:-target}/$out_dir/capstan

@@ -1,5 +1,14 @@
 #!/usr/bin/env bash
-# Installs the system packages capstan's tests drive as real peers:
+# Installs the system packages capstan needs, in two sets:
+#
+#   scripts/install-deps.sh build   what building and running capstan needs (the README's main job,
+#                                   `scripts/demo.sh`, calls this): a C toolchain for the bundled
+#                                   SQLite and ring, and libvirt's development files with pkg-config
+#                                   (the KVM provider links the system libvirt)
+#   scripts/install-deps.sh [test]  the build set plus everything the tests drive as real peers (below)
+#   scripts/install-deps.sh --list [build|test]   print the set's Debian packages, one a line
+#
+# The test set's peers:
 #   cloud-init  - `cloud-init devel net-convert` judges the network_data.json capstan renders
 #   frr         - `vtysh --dryrun` judges the router configuration capstan renders
 #   curl        - raw HTTPS requests in the API server tests (401, client certificates, TLS only)
@@ -13,26 +22,49 @@
 #                 Debian kernel and busybox-static packages itself (apt-get download)
 #   debootstrap, e2fsprogs - the root filesystem of the Debian cloud-init image the cluster
 #                 end-to-end test provisions (`capstan ramdisk cloud-image`)
-#   libvirt-dev, pkg-config - to build libvirt-python
 #   sasl2-bin, libsasl2-modules - `saslpasswd2` and the DIGEST-MD5 mechanism: the KVM credentials
 #                 test starts a libvirtd whose TCP listener asks for a SASL username and password
 #   openssl     - the certificates of that test's TLS listener (a CA, server and client certificates)
 #   openssh-server - `sshd`, the ssh server of that test's `qemu+ssh://` hypervisor (its remote side,
 #                 `virt-ssh-helper`, comes with libvirt-daemon)
+#   dpkg-dev    - `dpkg-deb` and `dpkg-shlibdeps`, which build and check capstan's Debian package
 #   kubernetes (PyPI, pinned) - the official Python client, a second real client of `capstan serve`
 #   cargo-nextest - the test runner (per-test processes and time limits), from crates.io
 # kubectl is part of the machine image (1.32, with 1.27-1.33 in /usr/lib/google-cloud-sdk/bin).
-# Idempotent: packages already present are not reinstalled.
+# Idempotent: packages already present are not reinstalled. Needs root (or sudo) to install; without
+# either it prints the exact command to run and exits 2.
 set -euo pipefail
 
-packages=(cloud-init frr curl
+build_packages=(gcc libc6-dev make pkg-config libvirt-dev git)
+test_packages=(cloud-init frr curl
   libvirt-daemon-system libvirt-clients libvirt-daemon-driver-qemu qemu-system-x86 qemu-utils
   tini dnsmasq-base isolinux syslinux syslinux-common mtools dosfstools xorriso cpio kmod
-  debootstrap e2fsprogs libvirt-dev pkg-config sasl2-bin libsasl2-modules openssl
-  openssh-server)
+  debootstrap e2fsprogs sasl2-bin libsasl2-modules openssl openssh-server dpkg-dev)
+
+list=
+if [ "${1:-}" = --list ]; then
+  list=1
+  shift
+fi
+set_name=${1:-test}
+case $set_name in
+  build) packages=("${build_packages[@]}") ;;
+  test) packages=("${build_packages[@]}" "${test_packages[@]}") ;;
+  *) echo "usage: scripts/install-deps.sh [--list] [build|test]" >&2; exit 2 ;;
+esac
+if [ -n "$list" ]; then
+  printf '%s\n' "${packages[@]}"
+  exit 0
+fi
 
 as_root=()
-[ "$(id -u)" -eq 0 ] || as_root=(sudo)
+if [ "$(id -u)" -ne 0 ]; then
+  if sudo -n true 2>/dev/null; then
+    as_root=(sudo)
+  else
+    as_root=(missing-root)
+  fi
+fi
 
 find_missing() {
   missing=()
@@ -48,6 +80,11 @@ find_missing() {
 for pass in 1 2; do
   find_missing
   [ ${#missing[@]} -gt 0 ] || break
+  if [ "${as_root[*]}" = missing-root ]; then
+    echo "capstan needs these Debian packages, and installing them needs root. Run:" >&2
+    echo "  sudo apt-get update && sudo apt-get install --no-install-recommends ${missing[*]}" >&2
+    exit 2
+  fi
   echo "installing (pass $pass): ${missing[*]}"
   "${as_root[@]}" apt-get update -qq
   DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
@@ -58,9 +95,21 @@ if [ ${#missing[@]} -gt 0 ]; then
   exit 1
 fi
 
+if [ "$set_name" = build ]; then
+  for tool in cc pkg-config; do
+    command -v "$tool" >/dev/null || { echo "install-deps: $tool is still missing" >&2; exit 1; }
+  done
+  pkg-config --exists libvirt || { echo "install-deps: pkg-config finds no libvirt" >&2; exit 1; }
+  exit 0
+fi
+
 # `apt-get download` (the ramdisk build) needs package lists even when nothing was missing.
 if ! ls /var/lib/apt/lists/*_Packages >/dev/null 2>&1; then
-  [ "$(id -u)" -eq 0 ] && apt-get update -qq || sudo apt-get update -qq
+  if [ "${as_root[*]}" = missing-root ]; then
+    echo "the ramdisk build needs Debian's package lists; run: sudo apt-get update" >&2
+    exit 2
+  fi
+  "${as_root[@]}" apt-get update -qq
 fi
 
 # --help rather than command -v: a stale pyenv shim outlives an uninstalled package.

@@ -8,9 +8,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/install-deps.sh
 # One clean build: incremental state would only add gigabytes to the target directory.
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+# First the README's main job as a newcomer runs it, before anything else installs a package
+# (in CI without libvirt's development files, which the main job must install itself).
+scripts/main-job-check.sh
+scripts/install-deps.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 # Build everything while the network is still there (crates.io), then test without it.
@@ -23,6 +26,10 @@ target/debug/capstan ramdisk test-image --out "$warm/images" >/dev/null
 # The Debian cloud-init image of the real-VM cluster test and the KVM provider's real-VM test
 # (debootstrap's root filesystem is cached).
 target/debug/capstan ramdisk cloud-image --out "$warm/cloud" >/dev/null
+# The offline-install test's bundle carries capstan's package and the Debian packages it depends on
+# (`apt-get download` into the same cache).
+scripts/package.sh --bin-dir target/debug --out "$warm/dist" --compression gzip >/dev/null
+target/debug/capstan bundle create --deb "$(ls "$warm"/dist/capstan_*_amd64.deb)" --out "$warm/bundle.tar" >/dev/null
 rm -rf "$warm"
 
 isolated=()

@@ -32,9 +32,9 @@ use std::process::{Command, Stdio};
 
 const MIB: u64 = 1 << 20;
 const BOOT_PARTITION_BYTES: u64 = 96 * MIB;
-/// Free space left in the root filesystem beyond what the tree needs (kept small: provisioning
-/// writes every byte of the image).
-const ROOT_SLACK_BYTES: u64 = 160 * MIB;
+/// Free space left in the root filesystem beyond what the tree needs, unless the build asks for
+/// more (kept small: provisioning writes every byte of the image).
+pub const DEFAULT_ROOT_FREE_BYTES: u64 = 160 * MIB;
 const SYSLINUX_MBR: &str = "/usr/lib/syslinux/mbr/mbr.bin";
 /// The root filesystem's label, which the kernel command line names.
 pub const ROOT_LABEL: &str = "capstan-root";
@@ -284,10 +284,13 @@ fn copy_into(disk: &mut std::fs::File, offset: u64, part: &Path) -> Result<(), R
 
 /// Builds `cloud.img` and `cloud.qcow2` (plus `vmlinuz` and `initrd.img`) in `out`, bootstrapping
 /// the root filesystem into `cache` first if it is not there.
+/// `root_free` is the free space the root filesystem gets beyond its files
+/// ([`DEFAULT_ROOT_FREE_BYTES`] unless what runs on it needs more).
 pub fn build(
     cache: &Path,
     out: &Path,
     mirror: &str,
+    root_free: u64,
     progress: &dyn Fn(&str),
 ) -> Result<CloudImage, RamdiskError> {
     let root = rootfs(cache, mirror, progress)?;
@@ -355,7 +358,7 @@ pub fn build(
     run(Command::new("syslinux").arg("--install").arg(&fat))?;
 
     progress("root partition (ext4 from the tree, no loop mounts)");
-    let root_bytes = (tree_bytes(&root) + ROOT_SLACK_BYTES).div_ceil(MIB) * MIB;
+    let root_bytes = (tree_bytes(&root) + root_free).div_ceil(MIB) * MIB;
     let ext4 = work.join("root.img");
     run(Command::new("mkfs.ext4")
         .args(["-q", "-F", "-L", ROOT_LABEL, "-d"])

@@ -1,6 +1,7 @@
 //! Debian's packages as building material: the cloud kernel (`linux-image-cloud-amd64`, resolved to
 //! its versioned package) and `busybox-static`, fetched with `apt-get download` into a cache and
-//! unpacked with `dpkg-deb -x`; module dependencies from `depmod` run on the unpacked tree.
+//! unpacked with `dpkg-deb -x`; module dependencies from `depmod` run on the unpacked tree. [`fetch`]
+//! is the one way capstan downloads a Debian package, into its package cache.
 
 use crate::{RamdiskError, io, run};
 use std::path::{Path, PathBuf};
@@ -32,8 +33,9 @@ fn kernel_package() -> Result<String, RamdiskError> {
         })
 }
 
-/// The `.deb` of `package` in `cache`, downloaded if missing.
-fn fetch(cache: &Path, package: &str) -> Result<PathBuf, RamdiskError> {
+/// The `.deb` of `package` in `cache`, downloaded if missing (`apt-get download`: the build
+/// machine's own package lists and architecture). The offline bundle fetches its packages this way.
+pub fn fetch(cache: &Path, package: &str) -> Result<PathBuf, RamdiskError> {
     let find = || {
         std::fs::read_dir(cache).ok().and_then(|entries| {
             entries.filter_map(Result::ok).map(|e| e.path()).find(|p| {

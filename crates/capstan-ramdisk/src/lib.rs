@@ -84,7 +84,9 @@ pub(crate) fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error)
     move |source| RamdiskError::Io { what, path, source }
 }
 
-pub(crate) fn run(command: &mut std::process::Command) -> Result<String, RamdiskError> {
+/// Runs a build tool (apt-get, dpkg-deb, mkfs, …): its stdout, or its stderr in the error. The one
+/// way capstan's image, ramdisk and bundle builders run a tool.
+pub fn run(command: &mut std::process::Command) -> Result<String, RamdiskError> {
     let shown = format!("{command:?}");
     let out = command.output().map_err(|e| RamdiskError::Command {
         command: shown.clone(),

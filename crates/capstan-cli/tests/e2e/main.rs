@@ -15,11 +15,14 @@
 //!
 //! The second test, in [`real_cluster`], builds a cluster on such machines: real cloud-init runs
 //! capstan's kubeadm bootstrap data in them. The third, in [`kvm_cluster`], builds one whose control
-//! plane and workers are VMs capstan's KVM provider makes on the same libvirt.
+//! plane and workers are VMs capstan's KVM provider makes on the same libvirt. The fourth, in
+//! [`offline_install`], installs capstan's Debian package from an offline bundle in a VM with no
+//! network and runs it as a systemd service.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod kvm_cluster;
+mod offline_install;
 mod real_cluster;
 mod testbed;
 

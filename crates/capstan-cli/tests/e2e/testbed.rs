@@ -90,6 +90,12 @@ impl KvmLeftovers {
     }
 }
 
+/// The last `n` lines of a console log, for a failure message.
+pub fn last_lines(log: &str, n: usize) -> String {
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
 /// Kills `pid` once `limit` has passed, unless dropped first.
 pub struct Watchdog(Option<std::sync::mpsc::Sender<()>>);
 
@@ -297,16 +303,7 @@ impl Vm {
     /// Waits until the serial log contains `pattern` (the console is the VM's only voice).
     pub fn wait_for_serial(&self, pattern: &str, limit: Duration) {
         let found = until(limit, || self.serial().contains(pattern));
-        let log = self.serial();
-        let tail: String = log
-            .lines()
-            .rev()
-            .take(40)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-            .collect::<Vec<_>>()
-            .join("\n");
+        let tail = last_lines(&self.serial(), 40);
         assert!(
             found,
             "{}: no {pattern:?} on the console within {limit:?}; last lines:\n{tail}",
