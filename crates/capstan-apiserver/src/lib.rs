@@ -28,7 +28,8 @@ pub mod conversion;
 mod discovery;
 pub mod fieldset;
 mod handlers;
-pub mod kind_schemas;
+/// The structural schemas of capstan's kinds, which lint validates with too.
+pub use capstan_schema::kinds as kind_schemas;
 pub mod lifecycle;
 pub mod limits;
 pub mod managed;

@@ -288,22 +288,13 @@ fn printer_columns(kind: &str) -> Vec<Value> {
     }
 }
 
-/// Kinds whose objects have a `status` subresource.
-fn has_status_subresource(info: &KindInfo) -> bool {
-    !matches!(
-        info.kind,
-        "Secret" | "ConfigMap" | "Event" | "ClusterResourceSetBinding"
-    ) && !info.kind.ends_with("Template")
-        && !matches!(info.group, "cilium.io")
-}
-
 fn synthesised_crd(info: &KindInfo) -> Value {
     let scope = match info.scope {
         Scope::Namespaced => "Namespaced",
         Scope::Cluster => "Cluster",
     };
     let status = crate::builtin::has_status(info.group, info.kind)
-        .unwrap_or_else(|| has_status_subresource(info));
+        .unwrap_or_else(|| info.has_status_subresource());
     let versions: Vec<Value> = info
         .versions
         .iter()
@@ -454,5 +445,33 @@ mod tests {
             r.groups()["cluster.x-k8s.io"],
             vec!["v1beta2".to_owned(), "v1beta1".to_owned()]
         );
+    }
+
+    #[test]
+    fn the_cluster_column_names_the_cluster_from_its_label() {
+        let r = Registry::builtin().unwrap();
+        let object = json!({"metadata": {"name": "capi-1", "creationTimestamp": "2020-01-01T00:00:00Z",
+            "labels": {"cluster.x-k8s.io/cluster-name": "capi-1"}}});
+        for (group, plural) in [
+            ("controlplane.cluster.x-k8s.io", "kubeadmcontrolplanes"),
+            ("infrastructure.cluster.x-k8s.io", "metal3machines"),
+            ("infrastructure.cluster.x-k8s.io", "metal3clusters"),
+        ] {
+            for version in ["v1beta1", "v1beta2"] {
+                let served = r.resolve(group, version, plural).unwrap();
+                let columns = &served.version().unwrap().additional_printer_columns;
+                let table = crate::table::table(std::slice::from_ref(&object), columns, "1", None);
+                let at = table["columnDefinitions"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .position(|c| c["name"] == "Cluster")
+                    .unwrap_or_else(|| panic!("{plural} {version}: no Cluster column"));
+                assert_eq!(
+                    table["rows"][0]["cells"][at], "capi-1",
+                    "{plural} {version}: {table}"
+                );
+            }
+        }
     }
 }

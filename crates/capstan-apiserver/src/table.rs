@@ -11,7 +11,9 @@ use serde_json::{Value, json};
 pub use capstan_schema::PrinterColumn;
 
 /// Evaluates the JSONPath subset printer columns use: `.a.b`, `.a[0]`, `.a[*].b`,
-/// `.a[?(@.type=="Ready")].status`. Returns every match.
+/// `.a[?(@.type=="Ready")].status`, and keys with dots as Kubernetes' JSONPath reads them:
+/// `.metadata.labels['cluster\.x-k8s\.io/cluster-name']` or
+/// `.metadata.labels.cluster\.x-k8s\.io/cluster-name`. Returns every match.
 pub fn eval_json_path<'a>(value: &'a Value, path: &str) -> Vec<&'a Value> {
     let mut current = vec![value];
     let mut rest = path
@@ -21,10 +23,29 @@ pub fn eval_json_path<'a>(value: &'a Value, path: &str) -> Vec<&'a Value> {
         .trim_start_matches('$');
     while !rest.is_empty() {
         if let Some(after) = rest.strip_prefix('.') {
-            let end = after.find(['.', '[']).unwrap_or(after.len());
-            let key = &after[..end];
-            current = current.into_iter().filter_map(|v| v.get(key)).collect();
-            rest = &after[end..];
+            let (key, remaining) = field(after);
+            current = current.into_iter().filter_map(|v| v.get(&key)).collect();
+            rest = remaining;
+        } else if let Some(after) = rest.strip_prefix("['") {
+            // Kubernetes reads `['TEXT']` as `.TEXT`: the quotes keep a slash or a bracket in the
+            // key, and dots inside are still separators unless escaped.
+            let Some((text, remaining)) = after
+                .split_once('\'')
+                .and_then(|(text, r)| Some((text, r.strip_prefix(']')?)))
+            else {
+                return Vec::new();
+            };
+            let mut keys = text;
+            loop {
+                let (key, more) = field(keys);
+                current = current.into_iter().filter_map(|v| v.get(&key)).collect();
+                match more.strip_prefix('.') {
+                    Some(next) => keys = next,
+                    None if more.is_empty() => break,
+                    None => return Vec::new(),
+                }
+            }
+            rest = remaining;
         } else if let Some(after) = rest.strip_prefix('[') {
             let Some(end) = after.find(']') else {
                 return Vec::new();
@@ -61,6 +82,26 @@ pub fn eval_json_path<'a>(value: &'a Value, path: &str) -> Vec<&'a Value> {
         }
     }
     current
+}
+
+/// One key of a dotted path and what follows it: the key ends at the first `.` or `[` that no
+/// backslash escapes, and loses its backslashes (`cluster\.x-k8s\.io` is `cluster.x-k8s.io`), as
+/// in Kubernetes' JSONPath.
+fn field(text: &str) -> (String, &str) {
+    let mut key = String::new();
+    let mut chars = text.char_indices();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '\\' => {
+                if let Some((_, escaped)) = chars.next() {
+                    key.push(escaped);
+                }
+            }
+            '.' | '[' => return (key, &text[i..]),
+            c => key.push(c),
+        }
+    }
+    (key, "")
 }
 
 /// `kubectl`-style age, as Kubernetes' `duration.HumanDuration`: `45s`, `5m30s`, `12m`, `5h10m`,
@@ -442,6 +483,35 @@ mod tests {
         );
         assert_eq!(eval_json_path(&v, ".spec.items[1].n"), vec![&json!(2)]);
         assert!(eval_json_path(&v, ".nope.x").is_empty());
+    }
+
+    #[test]
+    fn keys_with_dots_are_read_bracketed_or_escaped() {
+        // The Cluster API printer columns name the cluster by its label, whose key has dots and a
+        // slash: upstream's CRDs write `['cluster\.x-k8s\.io/cluster-name']`.
+        let v = json!({"metadata": {"labels": {"cluster.x-k8s.io/cluster-name": "capi-1", "a.b": "dotted", "plain": "p"}}});
+        for path in [
+            r".metadata.labels['cluster\.x-k8s\.io/cluster-name']",
+            r".metadata.labels.cluster\.x-k8s\.io/cluster-name",
+            r"{.metadata.labels['cluster\.x-k8s\.io/cluster-name']}",
+        ] {
+            assert_eq!(eval_json_path(&v, path), vec![&json!("capi-1")], "{path}");
+        }
+        assert_eq!(
+            eval_json_path(&v, r".metadata['labels'].a\.b"),
+            vec![&json!("dotted")]
+        );
+        assert_eq!(
+            eval_json_path(&v, ".metadata.labels.plain"),
+            vec![&json!("p")]
+        );
+        // As in Kubernetes' JSONPath, an unescaped dot separates keys inside the quotes too, and
+        // only single quotes name a key; unterminated brackets or quotes match nothing.
+        assert!(eval_json_path(&v, ".metadata.labels.cluster.x-k8s.io/cluster-name").is_empty());
+        assert!(eval_json_path(&v, ".metadata.labels['cluster.x-k8s.io/cluster-name']").is_empty());
+        assert!(eval_json_path(&v, r#".metadata.labels["plain"]"#).is_empty());
+        assert!(eval_json_path(&v, ".metadata.labels['plain").is_empty());
+        assert!(eval_json_path(&v, ".metadata.labels['plain'").is_empty());
     }
 
     #[test]

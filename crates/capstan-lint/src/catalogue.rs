@@ -65,6 +65,7 @@ pub mod id {
     pub const IMAGE_CHECKSUM_MISSING: &str = "image-checksum-missing";
     pub const BMC_ADDRESS_SCHEME: &str = "bmc-address-scheme";
     pub const BMC_CREDENTIALS: &str = "bmc-credentials";
+    pub const UNSUPPORTED_SCHEME: &str = "unsupported-scheme";
     pub const EVEN_ETCD_MEMBERS: &str = "even-etcd-members";
     pub const NOT_ENOUGH_HOSTS: &str = "not-enough-hosts";
     pub const WRONG_API_GROUP: &str = "wrong-api-group";
@@ -123,17 +124,17 @@ static RULES: &[RuleInfo] = &[
     ),
     rule(
         id::UNKNOWN_FIELD,
-        Warning,
-        "a field capstan's model of the kind does not know (a misspelling such as `spec.onlin`?)",
-        "The API server rejects an object with an unknown field when it validates strictly (`kubectl apply`'s default), or drops the field silently; either way the setting never takes effect. Lint knows the fields from capstan's typed model of each kind, so no `--schemas` is needed; `status` and the core kinds are not checked. The model lacks a few rarely used upstream fields, so this is a warning; with `--schemas DIR` the CRD schema decides instead.",
-        "Fix the spelling, or remove the field; if the field is a real one, `--schemas` with the upstream CRDs confirms it.",
+        Error,
+        "a field the kind's schema does not define (a misspelling such as `spec.bootMACAdress`?)",
+        "`kubectl apply` and `capstan apply` ask the API server for strict field validation, under which it refuses an object with a field its schema does not define, naming the field (`unknown field \"spec.bootMACAdress\"`); without it the server drops the field, and the setting never takes effect. Lint prunes each object with the schema `capstan serve` admits the kind with (capstan's model of the kind completed with the upstream CRD's, so every upstream field is known), or with the kind's CRD from `--schemas DIR`; fields under `status` of kinds with a status subresource, which the server ignores, and Kubernetes' own kinds are not judged.",
+        "Fix the spelling (the hint names the field of that name the kind has), or remove the field.",
     ),
     rule(
         id::SCHEMA_VIOLATION,
         Error,
-        "a violation of the kind's CRD schema (with `--schemas DIR`)",
-        "With `--schemas DIR` every object of a kind with a CRD in DIR is validated against its openAPIV3Schema as the API server would: required fields, enums, patterns, unknown fields and value bounds.",
-        "Change the field as the message says; the CRD schema in DIR is the authority.",
+        "a value the kind's schema refuses: a pattern, enum, bound, required field or CEL rule",
+        "Every object is validated as `capstan serve` validates it at admission, with the same schema: for capstan's kinds the one generated from its model and completed with the upstream CRD's (patterns, enums, bounds, required fields, CEL rules), or the kind's CRD from `--schemas DIR` for the kinds it defines. A `bootMACAddress` that is not six colon-separated hex octets (`52:54:00:zz:00:01`), an unknown `automatedCleaningMode` or a missing `spec.bmc.credentialsName` is refused at apply, naming the field. Violations under `status` of kinds with a status subresource are not reported: the server ignores `status` there.",
+        "Change the field as the message says; the schema is the authority.",
     ),
     rule(
         id::DUPLICATE_OBJECT,
@@ -336,7 +337,14 @@ static RULES: &[RuleInfo] = &[
         Error,
         "a BMC address with a scheme Metal3 does not know",
         "The bare-metal operator cannot pick a driver for an unknown scheme; the host stays in `registering` with an error.",
-        "Use one of ipmi, redfish, redfish-virtualmedia, redfish-uefihttp, idrac, idrac-redfish, idrac-virtualmedia, ilo4, ilo4-virtualmedia, ilo5, ilo5-redfish, ilo5-virtualmedia, irmc, irmc-virtualmedia, ibmc or libvirt, optionally with `+http`/`+https`.",
+        "Use one of ipmi, redfish, redfish-virtualmedia, redfish-uefihttp, idrac, idrac-redfish, idrac-virtualmedia, ilo4, ilo4-virtualmedia, ilo5, ilo5-redfish, ilo5-virtualmedia, irmc, irmc-virtualmedia, ibmc or libvirt, optionally with `+http`/`+https`; capstan itself drives only `redfish-virtualmedia`, `redfish` and `fake` (see `unsupported-scheme`).",
+    ),
+    rule(
+        id::UNSUPPORTED_SCHEME,
+        Error,
+        "a BareMetalHost BMC address or image URL whose scheme capstan cannot drive or download from",
+        "capstan's BareMetalHost controller drives BMCs through its own drivers (Redfish with virtual media, and the simulated `fake://`), and the agent in its ramdisk downloads images and checksum files over plain HTTP: the ramdisk has no CA certificates to verify an HTTPS server with, and the checksum guards the image. A scheme Metal3 knows but capstan does not drive (`ipmi://`, `redfish-uefihttp://`, `idrac-virtualmedia://`, a bare host, which Metal3 takes for IPMI) leaves the host in `registering` with a registration error; an `https://` (or other non-HTTP) image or checksum URL, on a BareMetalHost, a Metal3MachineTemplate or a Metal3Machine, is refused before the host is booted and leaves it in `provisioning` with a provisioning error. Lint judges by the same lists registration and provisioning use.",
+        "Use `redfish-virtualmedia://` (or `redfish://`, optionally `+http`/`+https`) for a Redfish BMC, `fake://` for a simulated one; serve the image and its checksum file over `http://` (or from `capstan serve`'s images directory, under `/images/`).",
     ),
     rule(
         id::BMC_CREDENTIALS,

@@ -4,7 +4,7 @@
 //!
 //! Building the index is also where the object-level rules run: identity, duplicates, unknown kinds
 //! and versions, and deserialisation into the typed model (wrong field types, with the field's
-//! path and line).
+//! path and line). Unknown fields are the schema's to judge (`rules::schema`).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -540,7 +540,7 @@ fn group_holds(group: &str) -> String {
 }
 
 /// Levenshtein distance, case-insensitive, for "did you mean" suggestions.
-fn edit_distance(a: &str, b: &str) -> usize {
+pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
     let a: Vec<char> = a.to_lowercase().chars().collect();
     let b: Vec<char> = b.to_lowercase().chars().collect();
     let mut prev: Vec<usize> = (0..=b.len()).collect();
@@ -632,25 +632,15 @@ fn view_of(obj: &LoadedObject, id: &ObjectId, out: &mut Vec<Diagnostic>) -> View
     }
 }
 
-/// Deserialises `obj` into `T`, reporting the first field that does not fit, and every field
-/// outside `status` that `T` does not have (for the kinds of the groups lint knows, not the core
-/// kinds, whose model is partial).
+/// Deserialises `obj` into `T`, reporting the first field that does not fit. Fields `T` does not
+/// have are the schema's to judge (`rules::schema`): the model names only the fields capstan acts
+/// on of the kinds it shares with upstream.
 pub(crate) fn typed<T: DeserializeOwned>(
     obj: &LoadedObject,
     out: &mut Vec<Diagnostic>,
 ) -> Option<T> {
     match serde_path_to_error::deserialize::<_, T>(&obj.value) {
-        Ok(t) => {
-            let api_version = obj
-                .value
-                .get("apiVersion")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            if api_version.contains('/') {
-                unknown_fields::<T>(obj, out);
-            }
-            Some(t)
-        }
+        Ok(t) => Some(t),
         Err(err) => {
             let path = field_path(err.path());
             let kind = obj
@@ -671,55 +661,6 @@ pub(crate) fn typed<T: DeserializeOwned>(
             );
             None
         }
-    }
-}
-
-/// Reports the fields of `obj` that deserialising into `T` ignored, outside `status`.
-fn unknown_fields<T: DeserializeOwned>(obj: &LoadedObject, out: &mut Vec<Diagnostic>) {
-    let mut ignored: Vec<FieldPath> = Vec::new();
-    let parsed: Result<T, _> = serde_ignored::deserialize(&obj.value, |path| {
-        ignored.push(ignored_path(&path));
-    });
-    if parsed.is_err() {
-        return;
-    }
-    let kind = obj
-        .value
-        .get("kind")
-        .and_then(Value::as_str)
-        .unwrap_or("object");
-    for path in ignored {
-        let in_status = matches!(
-            path.segments().first(),
-            Some(capstan_model::path::PathSegment::Key(k)) if k == "status"
-        );
-        if in_status || path.is_root() {
-            continue;
-        }
-        out.push(
-            Diagnostic::new(
-                id::UNKNOWN_FIELD,
-                format!("`{path}` is not a field capstan knows in {kind}"),
-                Location::of(obj, &path),
-            )
-            .why(format!(
-                "the API server rejects a {kind} with an unknown field (or drops it); the setting never takes effect"
-            ))
-            .hint("fix the spelling or remove the field; `--schemas` with the upstream CRDs settles whether it exists"),
-        );
-    }
-}
-
-/// A `serde_ignored` path as a [`FieldPath`].
-fn ignored_path(path: &serde_ignored::Path<'_>) -> FieldPath {
-    use serde_ignored::Path;
-    match path {
-        Path::Root => FieldPath::root(),
-        Path::Seq { parent, index } => ignored_path(parent).index(*index),
-        Path::Map { parent, key } => ignored_path(parent).key(key.clone()),
-        Path::Some { parent }
-        | Path::NewtypeStruct { parent }
-        | Path::NewtypeVariant { parent } => ignored_path(parent),
     }
 }
 
@@ -1077,24 +1018,6 @@ mod tests {
         let index = Index::build(&objects, &mut out);
         assert!(out.is_empty());
         assert_eq!(index.control_planes().count(), 1);
-    }
-
-    #[test]
-    fn misspelled_fields_are_found_without_schemas() {
-        let objects = load(
-            "apiVersion: metal3.io/v1alpha1\nkind: BareMetalHost\nmetadata: {name: h}\nspec:\n  onlin: true\nstatus:\n  anything: goes\n",
-        );
-        let mut out = Vec::new();
-        Index::build(&objects, &mut out);
-        assert_eq!(rules_of(&out), vec![id::UNKNOWN_FIELD], "{out:?}");
-        assert_eq!(out[0].location.line, 5);
-        assert_eq!(out[0].location.path, "spec.onlin");
-        // Core kinds, whose model is partial, are not judged.
-        let objects =
-            load("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\nimmutable: true\n");
-        let mut out = Vec::new();
-        Index::build(&objects, &mut out);
-        assert!(out.is_empty(), "{out:?}");
     }
 
     #[test]

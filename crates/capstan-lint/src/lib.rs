@@ -11,6 +11,10 @@
 //! references, missing ClusterResourceSet resources and BMC Secrets, unknown clusters, host counts,
 //! BGP references) are skipped.
 //!
+//! Every object of a kind with a schema is admitted as the API server would admit it (defaults,
+//! pruning, validation), with the very schemas `capstan serve` uses for capstan's kinds
+//! ([`capstan_schema::kinds`]) or the CRDs given: what the server refuses, lint reports as an error.
+//!
 //! Rules are listed in [`catalogue()`]; [`explain`] returns one entry. The rules are grouped by topic:
 //! objects (kinds, types, duplicates, CRD schemas), kube-vip, interfaces, Cilium and
 //! ClusterResourceSets, networkData, references, versions, images, BMCs, and capacity.
@@ -35,7 +39,8 @@ use capstan_manifest::LoadedObject;
 pub struct LintOptions {
     /// The objects are part of a larger set: skip rules that need "not in the set" evidence.
     pub partial: bool,
-    /// CRD schemas to validate objects against (`--schemas DIR`).
+    /// CRD schemas to validate objects against (`--schemas DIR`), instead of the schemas
+    /// `capstan serve` admits capstan's kinds with, for the kinds they define.
     pub schemas: Option<capstan_schema::CrdSet>,
 }
 
@@ -44,18 +49,28 @@ pub struct LintOptions {
 pub fn lint(objects: Vec<LoadedObject>, options: &LintOptions) -> Report {
     let mut out = Vec::new();
     let index = index::Index::build(&objects, &mut out);
-    if let Some(schemas) = &options.schemas {
-        rules::schema::check(&index, schemas, &mut out);
-        // Where a CRD schema is given for the kind, it is the authority on fields: the model's
-        // (possibly partial) view of the kind does not add its own unknown-field findings.
-        out.retain(|d| {
-            d.rule != rule_id::UNKNOWN_FIELD
-                || d.location
-                    .object
-                    .as_ref()
-                    .is_none_or(|o| schemas.version_for(&o.api_version, &o.kind).is_none())
-        });
-    }
+    let mut admission = Vec::new();
+    rules::schema::check(&index, options.schemas.as_ref(), &mut admission);
+    // A field the typed model could not read (`replicas: three`) is reported once, as the
+    // `invalid-field` the model found, not again by the schema.
+    let invalid: Vec<&Location> = out
+        .iter()
+        .filter(|d| d.rule == rule_id::INVALID_FIELD)
+        .map(|d| &d.location)
+        .collect();
+    admission.retain(|d| {
+        d.rule != rule_id::SCHEMA_VIOLATION || !invalid.iter().any(|at| covers(at, &d.location))
+    });
+    out.extend(admission);
     rules::run(&index, options.partial, &mut out);
     Report::new(out)
+}
+
+/// Whether `at` is the field `other` is about, or one of its ancestors, in the same object.
+fn covers(at: &Location, other: &Location) -> bool {
+    let under = other
+        .path
+        .strip_prefix(at.path.as_str())
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']));
+    at.file == other.file && at.object == other.object && (at.path.is_empty() || under)
 }

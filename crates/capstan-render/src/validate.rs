@@ -9,8 +9,8 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::IpAddr;
 
+use capstan_model::agent::check_download_url;
 use capstan_model::capm3::HostSelector;
-use capstan_model::metal3::{BMC_SCHEMES, parse_bmc_scheme};
 use capstan_model::path::FieldPath;
 use capstan_model::version::KubernetesVersion;
 use ipnet::IpNet;
@@ -325,17 +325,16 @@ impl<'s> Checker<'s> {
 
     fn check_image(&mut self) -> Option<ChecksumType> {
         let image = &self.spec.image;
-        if !(image.url.starts_with("http://") || image.url.starts_with("https://")) {
-            self.error(
-                &path("image.url"),
-                format!(
-                    "{:?} is not an http:// or https:// URL Ironic can download the image from",
-                    image.url
-                ),
-            );
+        // The agent downloads the image (and a checksum file) itself: what it cannot fetch would
+        // only fail at provisioning, after the host was booted for nothing.
+        if let Err(err) = check_download_url(&image.url) {
+            self.error(&path("image.url"), err.to_string());
         }
         let checksum = image.checksum.trim();
         if checksum.contains("://") {
+            if let Err(err) = check_download_url(checksum) {
+                self.error(&path("image.checksum"), err.to_string());
+            }
             return image.checksum_type;
         }
         if checksum.is_empty() || !checksum.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -1004,21 +1003,12 @@ impl<'s> Checker<'s> {
         ok.then_some(labels)
     }
 
+    /// The address's scheme must be one capstan's drivers serve (their own list): an address
+    /// Metal3 knows but capstan cannot drive would only fail at registration.
     fn check_bmc(&mut self, index: usize, host: &Host) {
         let at = path("hosts").index(index).key("bmc").key("address");
-        if parse_bmc_scheme(&host.bmc.address).is_none() {
-            let known = BMC_SCHEMES
-                .iter()
-                .map(|(name, _)| *name)
-                .collect::<Vec<_>>()
-                .join(", ");
-            self.error(
-                &at,
-                format!(
-                    "{:?} does not start with a BMC scheme Metal3 knows ({known}, optionally with +http or +https, e.g. redfish-virtualmedia+https://...)",
-                    host.bmc.address
-                ),
-            );
+        if let Err(err) = capstan_drivers::scheme_of(&host.bmc.address) {
+            self.error(&at, err.to_string());
         }
     }
 

@@ -225,10 +225,98 @@ fn bad_bmc_scheme() {
     let message = error_of(NAME, &text);
     assert_has(
         &message,
-        &format!("{NAME}:{line}: hosts[1].bmc.address: \"vmware+http://"),
+        &format!(
+            "{NAME}:{line}: hosts[1].bmc.address: vmware+http:// is not a BMC address scheme; use redfish-virtualmedia://"
+        ),
     );
-    assert_has(&message, "does not start with a BMC scheme Metal3 knows");
-    assert_has(&message, "redfish-virtualmedia");
+}
+
+#[test]
+fn bmc_schemes_capstan_has_no_driver_for_are_refused_with_what_to_use() {
+    for scheme in ["ipmi", "redfish-uefihttp", "idrac-virtualmedia"] {
+        let text = edit(
+            &example_text("capi-1.yaml"),
+            "address: redfish-virtualmedia+http://127.0.0.1:8000/redfish/v1/Systems/8b2d",
+            &format!("address: {scheme}://127.0.0.1:8000/redfish/v1/Systems/8b2d"),
+        );
+        let line = line_of(&text, &format!("{scheme}://"));
+        let message = error_of(NAME, &text);
+        assert_has(
+            &message,
+            &format!(
+                "{NAME}:{line}: hosts[1].bmc.address: {scheme}:// is not supported yet; use redfish-virtualmedia:// (Redfish virtual media)"
+            ),
+        );
+        assert_has(&message, "or fake:// for a simulated BMC");
+    }
+    // A bare host is IPMI to Metal3.
+    let text = edit(
+        &example_text("capi-1.yaml"),
+        "address: redfish-virtualmedia+http://127.0.0.1:8000/redfish/v1/Systems/8b2d",
+        "address: 10.0.0.8",
+    );
+    let message = error_of(NAME, &text);
+    assert_has(
+        &message,
+        "hosts[1].bmc.address: an address without a scheme is IPMI",
+    );
+}
+
+#[test]
+fn bmc_schemes_capstan_drives_are_rendered() {
+    for address in [
+        "redfish-virtualmedia+https://10.0.0.8/redfish/v1/Systems/8b2d",
+        "redfish-virtualmedia://10.0.0.8/redfish/v1/Systems/8b2d",
+        "redfish+http://10.0.0.8:8000/redfish/v1/Systems/8b2d",
+        "redfish://10.0.0.8",
+        "fake://capi-1/capi-1-cp-1",
+    ] {
+        let text = edit(
+            &example_text("capi-1.yaml"),
+            "address: redfish-virtualmedia+http://127.0.0.1:8000/redfish/v1/Systems/8b2d",
+            &format!("address: {address}"),
+        );
+        if let Err(err) = render_text(NAME, &text) {
+            panic!("{address}: {err}");
+        }
+    }
+}
+
+#[test]
+fn image_urls_the_agent_cannot_download_are_refused() {
+    let original = "url: http://netboot.example.com/images/fedora-43-ext4-k8s.raw";
+    for (url, expected) in [
+        (
+            "https://netboot.example.com/images/fedora-43-ext4-k8s.raw",
+            "image.url: https:// is not supported: the agent in capstan's ramdisk downloads over plain http://",
+        ),
+        (
+            "ftp://netboot.example.com/images/fedora-43-ext4-k8s.raw",
+            "image.url: ftp:// is not supported",
+        ),
+    ] {
+        let text = edit(
+            &example_text("capi-1.yaml"),
+            original,
+            &format!("url: {url}"),
+        );
+        let line = line_of(&text, url);
+        let message = error_of(NAME, &text);
+        assert_has(&message, &format!("{NAME}:{line}: {expected}"));
+        assert_has(&message, "serve the image over http://");
+    }
+    // A checksum file is downloaded the same way.
+    let text = edit(
+        &example_text("capi-1.yaml"),
+        "checksum: 5f4dcc3b5aa765d61d8327deb882cf99d8b2b1c09b7e2b8a5b0ef9c8e6ad4c1f",
+        "checksum: https://netboot.example.com/images/SHA256SUMS",
+    );
+    let line = line_of(&text, "checksum: https://");
+    let message = error_of(NAME, &text);
+    assert_has(
+        &message,
+        &format!("{NAME}:{line}: image.checksum: https:// is not supported"),
+    );
 }
 
 #[test]

@@ -7,6 +7,10 @@
 //!   for custom resources, reporting each [`Violation`] with the [`FieldPath`] of the field, so
 //!   callers can turn it into `file:line`.
 //! - [`apply_defaults`] and [`prune`] do structural defaulting and unknown-field pruning.
+//! - [`kinds`] generates the structural schemas of capstan's own kinds from capstan-model's types
+//!   (completed with the upstream CRDs' for the kinds shared with upstream): what `capstan serve`
+//!   validates them with at admission, and `capstan lint` with the same functions, so the two
+//!   cannot disagree.
 //!
 //! - CEL rules (`x-kubernetes-validations`) are evaluated with the object (and, on update, the
 //!   stored object for transition rules), within kube-apiserver's cost limits; [`rule_errors`]
@@ -19,6 +23,7 @@ mod cel;
 mod crd;
 mod defaults;
 mod format;
+pub mod kinds;
 mod prune;
 mod schema;
 mod validate;

@@ -38,7 +38,8 @@ pub(crate) fn check(ctx: &Ctx<'_, '_>, out: &mut Vec<Diagnostic>) {
                     entry.at_str("spec.bmc.address"),
                 )
                 .why("the bare-metal operator cannot pick a driver; the host stays in registering")
-                .hint("use ipmi://, redfish://, redfish-virtualmedia://, idrac-virtualmedia://, ilo5-virtualmedia://, ... (optionally +http or +https)"),
+                // The schemes capstan drives are the ones Metal3 knows that work everywhere.
+                .hint(capstan_drivers::address::use_instead()),
             );
         }
         if bmc.address.is_empty() && bmc.credentials_name.is_empty() {

@@ -12,6 +12,7 @@ mod notes;
 mod providers;
 mod references;
 pub(crate) mod schema;
+mod schemes;
 mod versions;
 
 use crate::diagnostic::Diagnostic;
@@ -38,6 +39,7 @@ pub(crate) fn run(index: &Index<'_>, partial: bool, out: &mut Vec<Diagnostic>) {
     versions::check(&ctx, out);
     images::check(&ctx, out);
     bmc::check(&ctx, out);
+    schemes::check(&ctx, out);
     network::check(&ctx, out);
     kube_vip::check(&ctx, out);
     interfaces::check(&ctx, out);

@@ -798,6 +798,7 @@ mod tests {
 kind: IPPool
 metadata: {name: pool1}
 spec:
+  namePrefix: pool1
   pools:
   - {start: 10.250.250.100, end: 10.250.250.200, prefix: 24, gateway: 10.250.250.1}
 ---
@@ -805,6 +806,7 @@ apiVersion: infrastructure.cluster.x-k8s.io/v1beta1
 kind: Metal3DataTemplate
 metadata: {name: dt}
 spec:
+  clusterName: capi-1
   networkData:
     links:
       ethernets:

@@ -11,7 +11,7 @@
 //! fields capstan acts on of the kinds it shares with upstream providers:
 //! - [`Strictness::Own`] (the KVM kinds): the model's schema is the whole contract.
 //! - [`Strictness::Upstream`] (everything else): the model's schema is completed with the upstream
-//!   CRD's (`kind_schemas/upstream.json`: the providers' published `openAPIV3Schema` of each kind
+//!   CRD's (`kinds/upstream.json`: the providers' published `openAPIV3Schema` of each kind
 //!   version, reduced to its structure and validations, CEL rules included, without
 //!   descriptions). Every field upstream has is added where the model does not name it, a
 //!   `serde_json::Value` field takes upstream's shape, and upstream's required fields, enums,
@@ -30,6 +30,7 @@
 //! `x-capstan-default` (a default written into stored objects; schemars' own defaults, derived from
 //! `Default` implementations, are dropped because they only describe what the reader assumes).
 
+use crate::Schema;
 use capstan_model::resource::Resource;
 use schemars::JsonSchema;
 use schemars::generate::SchemaSettings;
@@ -227,7 +228,7 @@ type Key = (&'static str, &'static str, &'static str);
 
 /// Upstream's schemas of the kinds capstan shares with upstream providers, by
 /// `group/kind/version` (see the module documentation).
-const UPSTREAM_SCHEMAS: &str = include_str!("kind_schemas/upstream.json");
+const UPSTREAM_SCHEMAS: &str = include_str!("kinds/upstream.json");
 
 /// The upstream schemas, parsed once (empty if the embedded file were not JSON, which the tests
 /// rule out).
@@ -545,6 +546,29 @@ pub fn schema(group: &str, kind: &str, version: &str) -> Option<&'static Value> 
         .iter()
         .find(|((g, k, v), _)| *g == group && *k == kind && *v == version)
         .map(|(_, schema)| schema)
+}
+
+/// The schema of one of capstan's kinds in `version`, compiled for validation on first use and
+/// kept for the life of the process (for `capstan lint`, which checks many objects of a few
+/// kinds), or `None` for kinds the model does not type. The same schema [`served_schema`] gives
+/// the API server, so lint refuses what `capstan serve` refuses.
+pub fn compiled(group: &str, kind: &str, version: &str) -> Option<&'static Schema> {
+    static COMPILED: OnceLock<Vec<(Key, OnceLock<Option<Schema>>)>> = OnceLock::new();
+    let table = COMPILED.get_or_init(|| {
+        typed_kinds()
+            .iter()
+            .map(|k| (k.key, OnceLock::new()))
+            .collect()
+    });
+    let (key, cell) = table
+        .iter()
+        .find(|((g, k, v), _)| *g == group && *k == kind && *v == version)?;
+    cell.get_or_init(|| {
+        let typed = typed_kinds().into_iter().find(|k| k.key == *key)?;
+        // Every generated schema compiles (the tests hold each to it).
+        Schema::from_value(&typed.served()).ok()
+    })
+    .as_ref()
 }
 
 #[cfg(test)]
