@@ -280,4 +280,23 @@ mod tests {
         assert!(Url::parse("https://x/").is_err());
         assert_eq!(Url::join("http://h:1/", "/a").unwrap().path, "/a");
     }
+
+    /// The schemes the host controller, render and lint let through are exactly those this
+    /// client speaks.
+    #[test]
+    fn the_client_speaks_every_download_scheme_and_no_other() {
+        use capstan_model::agent::{DOWNLOAD_SCHEMES, check_download_url};
+        for scheme in DOWNLOAD_SCHEMES {
+            let url = format!("{scheme}://images.example:8080/os.raw");
+            assert!(Url::parse(&url).is_ok(), "{url}");
+        }
+        for url in [
+            "https://images.example/os.raw",
+            "ftp://images.example/os.raw",
+            "file:///os.raw",
+        ] {
+            assert!(Url::parse(url).is_err(), "{url}");
+            assert!(check_download_url(url).is_err(), "{url}");
+        }
+    }
 }

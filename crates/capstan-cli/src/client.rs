@@ -5,6 +5,7 @@
 //! `--kubeconfig`, `--data-dir`, `$KUBECONFIG`, `$CAPSTAN_DATA_DIR`, then the default data
 //! directory. When a setting that was given loses to another, a warning says which one is used.
 
+use crate::stderr::errln;
 use anyhow::{Context, anyhow};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -98,11 +99,26 @@ fn default_data_dir_of_home() -> PathBuf {
         .join(".local/share/capstan")
 }
 
-/// The default data directory: `$CAPSTAN_DATA_DIR`, else `$HOME/.local/share/capstan`.
+/// The data directory of the packaged service (`capstan.service` runs `capstan serve` there).
+pub const SYSTEM_DATA_DIR: &str = "/var/lib/capstan";
+
+/// The default data directory: `$CAPSTAN_DATA_DIR`, else `$HOME/.local/share/capstan` when it
+/// exists, else the packaged service's `/var/lib/capstan` when that has a kubeconfig (so that
+/// `sudo capstan kubeconfig` and `sudo capstan get bmh` work on a host where the .deb runs the
+/// service), else `$HOME/.local/share/capstan`.
 pub fn default_data_dir() -> PathBuf {
-    std::env::var_os("CAPSTAN_DATA_DIR")
-        .filter(|d| !d.is_empty())
-        .map_or_else(default_data_dir_of_home, PathBuf::from)
+    if let Some(dir) = std::env::var_os("CAPSTAN_DATA_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir);
+    }
+    choose_default_data_dir(default_data_dir_of_home(), Path::new(SYSTEM_DATA_DIR))
+}
+
+fn choose_default_data_dir(home: PathBuf, system: &Path) -> PathBuf {
+    if !home.exists() && system.join("kubeconfig").is_file() {
+        system.to_owned()
+    } else {
+        home
+    }
 }
 
 /// Connection options shared by the client verbs (`apply`, `get`, `describe`, `delete`).
@@ -127,7 +143,7 @@ impl ConnectArgs {
             std::env::var_os("CAPSTAN_DATA_DIR").map(PathBuf::from),
         );
         if let Some(warning) = &choice.warning {
-            eprintln!("warning: {warning}");
+            errln!("warning: {warning}");
         }
         choice.path
     }
@@ -406,6 +422,23 @@ mod tests {
 
     fn p(s: &str) -> PathBuf {
         PathBuf::from(s)
+    }
+
+    #[test]
+    fn the_packaged_services_data_dir_is_the_default_only_without_a_home_one() {
+        #![allow(clippy::unwrap_used)]
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("home/.local/share/capstan");
+        let system = dir.path().join("var/lib/capstan");
+        // Neither exists: the home directory (where `capstan serve` will create it).
+        assert_eq!(choose_default_data_dir(home.clone(), &system), home);
+        // The service has run: its directory, found by its kubeconfig.
+        std::fs::create_dir_all(&system).unwrap();
+        std::fs::write(system.join("kubeconfig"), "").unwrap();
+        assert_eq!(choose_default_data_dir(home.clone(), &system), system);
+        // A user's own `capstan serve` wins.
+        std::fs::create_dir_all(&home).unwrap();
+        assert_eq!(choose_default_data_dir(home.clone(), &system), home);
     }
 
     #[test]

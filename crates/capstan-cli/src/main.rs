@@ -15,13 +15,23 @@ mod cmd;
 mod malloc;
 mod output;
 mod provisioning;
+mod stderr;
 
 use clap::Parser;
 use std::process::ExitCode;
 
+/// The version `--version` prints: the package's, and the commit the binary was built from (see
+/// `build.rs`), e.g. `0.1.0 (3f2a9c1d8e7b 2026-12-01)`.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("CAPSTAN_BUILD_COMMIT"),
+    ")"
+);
+
 /// Cluster API for the machines you own.
 #[derive(Debug, Parser)]
-#[command(name = "capstan", version, about, long_about = None)]
+#[command(name = "capstan", version = VERSION, about, long_about = None)]
 struct Cli {
     /// When to colour the output. `NO_COLOR` in the environment means `never` unless `always` is given.
     #[arg(long, global = true, value_enum, default_value_t = output::ColorChoice::Auto)]
@@ -38,8 +48,7 @@ fn main() -> ExitCode {
     match cmd::run(cli.command, &style) {
         Ok(code) => code.into(),
         Err(err) => {
-            use std::io::Write;
-            let _ = writeln!(std::io::stderr(), "{} {err:#}", style.error("error:"));
+            stderr::errln!("{} {err:#}", style.error("error:"));
             exit_of(&err).into()
         }
     }

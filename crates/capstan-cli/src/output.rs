@@ -4,7 +4,10 @@
 //! Every subcommand writes its stdout through [`write_stdout`], never `println!`: `println!` panics
 //! when the reader has gone (`capstan get bmh | head -1`). A closed stdout ends the process quietly
 //! with exit 0, as the reader asked for no more; any other write error is reported (exit 2).
+//! stderr is written through [`crate::stderr`] (messages with `errln!`, logs with the writer
+//! [`init_tracing`] installs), whose failed writes are dropped.
 
+use crate::stderr::errln;
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
@@ -39,7 +42,7 @@ pub fn write_stdout(args: std::fmt::Arguments<'_>) {
             std::process::exit(Exit::Ok as i32)
         }
         Err(err) => {
-            let _ = writeln!(std::io::stderr(), "error: writing to stdout: {err}");
+            errln!("error: writing to stdout: {err}");
             std::process::exit(Exit::Unreadable as i32)
         }
     }
@@ -140,7 +143,23 @@ pub fn init_tracing() {
         && std::io::stderr().is_terminal();
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(|| LogWriter)
         .with_ansi(ansi)
         .try_init();
+}
+
+/// tracing's writer: stderr through [`crate::stderr::write`]. With `std::io::stderr` a closed
+/// stderr made every log line fail, and tracing's fmt layer reports a failed write with
+/// `eprintln!`, which panics on the same closed stderr.
+struct LogWriter;
+
+impl Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        crate::stderr::write(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }

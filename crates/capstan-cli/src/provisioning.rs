@@ -1,6 +1,7 @@
 //! The provisioning server and BareMetalHost controller settings shared by `capstan serve` and
 //! `capstan controllers`: where hosts and BMCs reach capstan, the ramdisk, the images directory.
 
+use crate::stderr::errln;
 use anyhow::Context;
 use capstan_hosts::{AgentRegistry, BootMediaBuilder, HostSettings, ServerSettings};
 use std::net::SocketAddr;
@@ -98,7 +99,7 @@ pub async fn start(
                 let listener = tokio::net::TcpListener::bind(FALLBACK_LISTEN)
                     .await
                     .with_context(|| format!("listening on {FALLBACK_LISTEN} (provisioning)"))?;
-                eprintln!(
+                errln!(
                     "capstan: {DEFAULT_LISTEN} is in use (another capstan serve?); the provisioning server takes {} instead (--provisioning-listen chooses)",
                     listener
                         .local_addr()

@@ -174,8 +174,8 @@ fn the_capm3_clusterctl_template_becomes_a_running_cluster_unchanged() {
     let hosts_file = work.path().join("hosts.yaml");
     std::fs::write(&hosts_file, hosts("metal3", 4)).unwrap();
 
-    let log = work.path().join("serve.log");
-    let server = Serve::start(&work.path().join("data"), &log);
+    let server = Serve::start_in(work.path());
+    let log = server.log.clone();
     // The namespace the template names, as the CAPM3 dev environment uses it.
     let kc = work.path().join("metal3.kubeconfig");
     std::fs::copy(&server.kubeconfig, &kc).unwrap();
@@ -187,9 +187,7 @@ fn the_capm3_clusterctl_template_becomes_a_running_cluster_unchanged() {
     kubectl_ok(&kc, &["apply", "-f", hosts_file.to_str().unwrap()]);
     kubectl_ok(&kc, &["apply", "-f", cluster_file.to_str().unwrap()]);
 
-    let machines = until("4 machines Running", Duration::from_secs(240), &log, || {
-        machines_running(&kc, 4)
-    });
+    let machines = wait_machines_running(&kc, &log, 4, Duration::from_secs(240));
     until("Cluster Provisioned", Duration::from_secs(60), &log, || {
         cluster_provisioned(&kc, "test1")
     });

@@ -1,10 +1,13 @@
 //! End-to-end tests of the `capstan` binary: the README's main job (`render` then `lint`), exit codes,
-//! determinism, refusal without partial output, machine-readable output and `NO_COLOR`.
+//! determinism, refusal without partial output, machine-readable output, `NO_COLOR`, closed
+//! stdout and stderr, and `delete -f` of a set whose deletions cascade.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+
+mod support;
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -254,6 +257,199 @@ fn a_closed_stdout_ends_commands_quietly() {
     }
 }
 
+/// Runs capstan (against `kubeconfig`, when given) with stderr open, or on a pipe whose reader is
+/// already gone, as with `capstan … 2>&1 | true`: every write to it fails with EPIPE.
+fn capstan_with_stderr(args: &[&str], kubeconfig: Option<&Path>, closed: bool) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_capstan"));
+    command
+        .args(args)
+        .current_dir(repo_root())
+        .env("NO_COLOR", "1")
+        .env_remove("CAPSTAN_DATA_DIR")
+        .env_remove("CAPSTAN_LOG");
+    match kubeconfig {
+        Some(path) => command.env("KUBECONFIG", path),
+        None => command.env_remove("KUBECONFIG"),
+    };
+    if closed {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        command.stderr(writer);
+    } else {
+        command.stderr(Stdio::piped());
+    }
+    command
+        .stdout(Stdio::piped())
+        .output()
+        .expect("run capstan")
+}
+
+#[test]
+fn a_closed_stderr_changes_no_exit_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = support::Serve::start_with(
+        &dir.path().join("data"),
+        &dir.path().join("serve.log"),
+        &["--no-controllers"],
+    );
+    let kc = server.kubeconfig.clone();
+    let broken = dir.path().join("broken.yaml");
+    std::fs::write(&broken, "hosts: [unclosed\n").unwrap();
+    let out = |name: &str| dir.path().join(name).to_str().unwrap().to_owned();
+    let (open_bundle, closed_bundle) = (out("open"), out("closed"));
+    // Each writes to stderr: progress and notes, refusals, errors, warnings, clap's usage error.
+    let cases: Vec<(Vec<&str>, bool)> = vec![
+        (
+            vec![
+                "render",
+                "examples/capi-1.yaml",
+                "-o",
+                "{bundle}",
+                "--fake-bmcs",
+            ],
+            false,
+        ),
+        (
+            vec!["render", broken.to_str().unwrap(), "-o", "{bundle}"],
+            false,
+        ),
+        (vec!["lint", "does/not/exist.yaml"], false),
+        (vec!["delete", "bmh", "nope"], true),
+        (vec!["get", "bmh", "nope"], true),
+        // "No resources found." and the warning that --data-dir wins over $KUBECONFIG.
+        (
+            vec![
+                "get",
+                "bmh",
+                "--data-dir",
+                kc.parent().unwrap().to_str().unwrap(),
+            ],
+            true,
+        ),
+        (vec!["render", "--no-such-flag"], false),
+    ];
+    for (args, connects) in &cases {
+        let mut codes = Vec::new();
+        for closed in [false, true] {
+            let bundle = if closed { &closed_bundle } else { &open_bundle };
+            let args: Vec<&str> = args
+                .iter()
+                .map(|a| if *a == "{bundle}" { bundle.as_str() } else { a })
+                .collect();
+            let output = capstan_with_stderr(&args, connects.then_some(kc.as_path()), closed);
+            if !closed {
+                assert!(
+                    !output.stderr.is_empty(),
+                    "{args:?} writes nothing to stderr"
+                );
+            }
+            codes.push(output.status.code());
+        }
+        assert_ne!(
+            codes[1],
+            Some(101),
+            "{args:?}: a panic on the closed stderr"
+        );
+        assert_eq!(
+            codes[1], codes[0],
+            "{args:?}: exit code with stderr closed and open"
+        );
+    }
+    // The logs too: at debug, the client logs every request.
+    let mut command = Command::new(env!("CARGO_BIN_EXE_capstan"));
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let status = command
+        .args(["get", "bmh"])
+        .env("KUBECONFIG", &kc)
+        .env("CAPSTAN_LOG", "debug")
+        .stdout(Stdio::null())
+        .stderr(writer)
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(
+        std::fs::read_dir(&closed_bundle).map(|d| d.count()).ok(),
+        std::fs::read_dir(&open_bundle).map(|d| d.count()).ok(),
+        "render wrote the same with stderr closed"
+    );
+}
+
+#[test]
+fn delete_f_takes_objects_its_earlier_deletions_removed_as_done() {
+    let dir = tempfile::tempdir().unwrap();
+    // With controllers: the garbage collector deletes the dependents.
+    let server =
+        support::Serve::start_with(&dir.path().join("data"), &dir.path().join("serve.log"), &[]);
+    let kc = server.kubeconfig.clone();
+    let run = |args: &[&str]| {
+        let out = capstan_with_stderr(args, Some(&kc), false);
+        (out.status.code(), text(&out.stdout), text(&out.stderr))
+    };
+    // The owner keeps its `foregroundDeletion` finalizer until the collector has deleted the
+    // dependents that block it, as a Cluster keeps its finalizer until its machines are gone; so
+    // when `delete -f` (waiting for each deletion) comes to them, they are gone.
+    let owner = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: owner\n  finalizers: [foregroundDeletion]\ndata: {k: v}\n";
+    let owner_file = dir.path().join("owner.yaml");
+    std::fs::write(&owner_file, owner).unwrap();
+    let (code, _, err) = run(&["apply", "-f", owner_file.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err}");
+    let uid = support::get(&kc, "configmaps", "owner")["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let dependent = |name: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  ownerReferences:\n  - {{apiVersion: v1, kind: ConfigMap, name: owner, uid: {uid}, blockOwnerDeletion: true}}\ndata: {{k: v}}\n"
+        )
+    };
+    let set = format!(
+        "{owner}---\n{}---\n{}---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: unrelated}}\n",
+        dependent("dependent-a"),
+        dependent("dependent-b")
+    );
+    let set_file = dir.path().join("set.yaml");
+    std::fs::write(&set_file, &set).unwrap();
+    let (code, _, err) = run(&["apply", "-f", set_file.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err}");
+
+    let (code, out, err) = run(&[
+        "delete",
+        "-f",
+        set_file.to_str().unwrap(),
+        "--timeout",
+        "60",
+    ]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("configmap/owner deleted\n"), "{out}");
+    for name in ["dependent-a", "dependent-b"] {
+        assert!(
+            out.contains(&format!(
+                "configmap/{name} already gone (removed with its configmap owner)\n"
+            )),
+            "{out}"
+        );
+    }
+    assert!(out.contains("configmap/unrelated deleted\n"), "{out}");
+    assert!(err.is_empty(), "{err}");
+
+    // What was not there when the command started is still NotFound: a name, or the same set
+    // again (unless --ignore-not-found).
+    let (code, _, err) = run(&["delete", "configmap", "never-was"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("not found"), "{err}");
+    let (code, out, err) = run(&["delete", "-f", set_file.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(!out.contains("already gone"), "{out}");
+    let (code, out, err) = run(&[
+        "delete",
+        "-f",
+        set_file.to_str().unwrap(),
+        "--ignore-not-found",
+    ]);
+    assert_eq!(code, Some(0), "{out}{err}");
+}
+
 #[test]
 fn fake_bmcs_render_and_lint_clean() {
     let dir = tempfile::tempdir().unwrap();
@@ -299,15 +495,18 @@ fn lint_finds_a_misspelled_field_without_schemas() {
         "--color",
         "never",
     ]);
+    // An error, as the API server refuses the field under strict field validation.
     assert_eq!(
         out.status.code(),
-        Some(0),
-        "a warning: {}",
+        Some(1),
+        "an error: {}",
         text(&out.stdout)
     );
     let report = text(&out.stdout);
     assert!(
-        report.contains("warning[unknown-field]") && report.contains("host.yaml:6"),
+        report.contains("error[unknown-field]")
+            && report.contains("host.yaml:6")
+            && report.contains("did you mean `online`?"),
         "{report}"
     );
 }

@@ -121,9 +121,8 @@ fn a_cluster_scales_heals_upgrades_and_goes_away_leaving_nothing() {
     });
     let bundle = work.path().join("bundle");
     render(&spec, &bundle, &[]);
-    let log = work.path().join("serve.log");
-    let server = Serve::start(&work.path().join("data"), &log);
-    let kc = server.kubeconfig.clone();
+    let server = Serve::start_in(work.path());
+    let (kc, log) = (server.kubeconfig.clone(), server.log.clone());
 
     let (ok, out) = capstan(
         &kc,
@@ -140,9 +139,7 @@ fn a_cluster_scales_heals_upgrades_and_goes_away_leaving_nothing() {
     );
     assert!(ok, "apply cluster: {out}");
 
-    until("4 machines Running", Duration::from_secs(240), &log, || {
-        machines_running(&kc, 4)
-    });
+    wait_machines_running(&kc, &log, 4, Duration::from_secs(240));
     until("Cluster Provisioned", Duration::from_secs(60), &log, || {
         cluster_provisioned(&kc, "capi-1")
     });
@@ -178,9 +175,7 @@ fn a_cluster_scales_heals_upgrades_and_goes_away_leaving_nothing() {
             "--replicas=3",
         ],
     );
-    until("6 machines Running", Duration::from_secs(180), &log, || {
-        machines_running(&kc, 6)
-    });
+    wait_machines_running(&kc, &log, 6, Duration::from_secs(180));
     until("6 Nodes Ready", Duration::from_secs(60), &log, || {
         nodes_ready(&workload, 6, OLD)
     });
@@ -270,9 +265,7 @@ fn a_cluster_scales_heals_upgrades_and_goes_away_leaving_nothing() {
             "--replicas=1",
         ],
     );
-    until("4 machines Running", Duration::from_secs(180), &log, || {
-        machines_running(&kc, 4)
-    });
+    wait_machines_running(&kc, &log, 4, Duration::from_secs(180));
     until(
         "two worker hosts available",
         Duration::from_secs(120),

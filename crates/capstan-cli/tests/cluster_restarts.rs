@@ -219,17 +219,7 @@ fn sigkill_during_creation_and_rollout_loses_nothing_and_claims_nothing_twice() 
     let server = Serve::start(&data, &log);
     let kc = server.kubeconfig.clone();
     let watch = HostWatch::start(&kc, list_version(&kc), seen.clone(), errors.clone());
-    let (ok, out) = capstan(
-        &kc,
-        &[
-            "apply",
-            "-f",
-            bundle.join("hosts").to_str().unwrap(),
-            "-f",
-            bundle.join("cluster").to_str().unwrap(),
-        ],
-    );
-    assert!(ok, "apply: {out}");
+    apply_bundle(&kc, &bundle);
 
     // Kill 1: a host is claimed, no Machine has a Node yet.
     until(

@@ -129,25 +129,17 @@ fn a_v1beta1_control_plane_and_workers_under_a_v1beta2_cluster_come_up_and_lose_
     let manifest = work.path().join("mixed.yaml");
     std::fs::write(&manifest, capstan_manifest::to_yaml_documents(&objects)).unwrap();
 
-    let log = work.path().join("serve.log");
-    let server = Serve::start(&work.path().join("data"), &log);
-    let kc = server.kubeconfig.clone();
-    let (ok, out) = capstan(
+    let server = Serve::start_in(work.path());
+    let (kc, log) = (server.kubeconfig.clone(), server.log.clone());
+    apply(
         &kc,
         &[
-            "apply",
-            "-f",
-            old.join("hosts").to_str().unwrap(),
-            "-f",
-            old.join("cluster/cilium.yaml").to_str().unwrap(),
-            "-f",
-            manifest.to_str().unwrap(),
+            &old.join("hosts"),
+            &old.join("cluster/cilium.yaml"),
+            &manifest,
         ],
     );
-    assert!(ok, "apply: {out}");
-    until("4 machines Running", Duration::from_secs(240), &log, || {
-        machines_running(&kc, 4)
-    });
+    wait_machines_running(&kc, &log, 4, Duration::from_secs(240));
     until("Cluster Provisioned", Duration::from_secs(60), &log, || {
         cluster_provisioned(&kc, "capi-1")
     });

@@ -53,36 +53,12 @@ fn the_capi_1_bundle_becomes_a_running_cluster_scales_and_goes_away() {
     let work = tempfile::tempdir().unwrap();
     let bundle = work.path().join("bundle");
     let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/capi-1.yaml");
-    let (ok, out) = capstan(
-        Path::new("/dev/null"),
-        &[
-            "render",
-            example.to_str().unwrap(),
-            "--fake-bmcs",
-            "-o",
-            bundle.to_str().unwrap(),
-        ],
-    );
-    assert!(ok, "render: {out}");
-    let log = work.path().join("serve.log");
-    let server = Serve::start(&work.path().join("data"), &log);
-    let kc = server.kubeconfig.clone();
-    let (ok, out) = capstan(
-        &kc,
-        &[
-            "apply",
-            "-f",
-            bundle.join("hosts").to_str().unwrap(),
-            "-f",
-            bundle.join("cluster").to_str().unwrap(),
-        ],
-    );
-    assert!(ok, "apply: {out}");
+    render(&example, &bundle, &[]);
+    let server = Serve::start_with_bundle(work.path(), &bundle);
+    let (kc, log) = (server.kubeconfig.clone(), server.log.clone());
 
     // The cluster comes up: 3 control planes, then the worker, each with a Node.
-    until("4 machines Running", Duration::from_secs(240), &log, || {
-        machines_running(&kc, 4)
-    });
+    wait_machines_running(&kc, &log, 4, Duration::from_secs(240));
     until("Cluster Provisioned", Duration::from_secs(60), &log, || {
         let clusters = items(&kc, "clusters.cluster.x-k8s.io");
         match clusters.first() {
@@ -222,9 +198,7 @@ fn the_capi_1_bundle_becomes_a_running_cluster_scales_and_goes_away() {
         ],
     );
     assert!(ok, "kubectl scale md: {out}");
-    until("5 machines Running", Duration::from_secs(180), &log, || {
-        machines_running(&kc, 5)
-    });
+    wait_machines_running(&kc, &log, 5, Duration::from_secs(180));
     let (ok, out) = kubectl(
         &kc,
         &[
@@ -292,4 +266,67 @@ fn the_capi_1_bundle_becomes_a_running_cluster_scales_and_goes_away() {
         !log_text.contains("cGFzc3dvcmQ="),
         "the base64 BMC password is in the log"
     );
+}
+
+/// The cells of `column` in `kubectl get` output: the text under the column's header, up to where
+/// the next column's header starts (an empty cell is an empty string, not the next column's).
+fn column(table: &str, header: &str) -> Vec<String> {
+    let mut lines = table.lines();
+    let head = lines.next().unwrap_or_default();
+    let start = head
+        .find(&format!("{header} "))
+        .or_else(|| head.ends_with(header).then(|| head.len() - header.len()))
+        .unwrap_or_else(|| panic!("no {header} column in:\n{table}"));
+    let after = start + header.len();
+    let end = head[after..]
+        .find(|c: char| c != ' ')
+        .map_or(usize::MAX, |i| after + i);
+    lines
+        .map(|line| {
+            let cell = line.get(start..end.min(line.len())).unwrap_or_default();
+            cell.trim().to_owned()
+        })
+        .collect()
+}
+
+/// `kubectl get` names each KubeadmControlPlane's, Metal3Cluster's and Metal3Machine's cluster in
+/// its CLUSTER column, as with upstream's CRDs: the column reads the
+/// `cluster.x-k8s.io/cluster-name` label, which the bundle, the Cluster controller and the
+/// machine controllers set.
+#[test]
+fn kubectl_get_names_the_cluster_of_control_planes_and_metal3_objects() {
+    let work = tempfile::tempdir().unwrap();
+    let bundle = work.path().join("bundle");
+    render(&capi_1_spec(work.path(), |text| text), &bundle, &[]);
+    let server = Serve::start_with_bundle(work.path(), &bundle);
+    let (kc, log) = (server.kubeconfig.clone(), server.log.clone());
+    // The control plane's first Metal3Machine and the worker pool's: the KubeadmControlPlane and
+    // the MachineSet stamp them out of their templates.
+    let machines = until("Metal3Machines", Duration::from_secs(120), &log, || {
+        let machines = try_items(&kc, "metal3machines")?;
+        let control_plane = machines
+            .iter()
+            .any(|m| m["metadata"]["labels"]["cluster.x-k8s.io/control-plane"].is_string());
+        if control_plane && machines.len() >= 2 {
+            Ok(machines.len())
+        } else {
+            Err(format!(
+                "{} Metal3Machines: {:?}",
+                machines.len(),
+                machines.iter().map(name).collect::<Vec<_>>()
+            ))
+        }
+    });
+    for (resource, count) in [
+        ("kubeadmcontrolplanes", 1),
+        ("metal3clusters", 1),
+        ("metal3machines", machines),
+    ] {
+        let table = kubectl_ok(&kc, &["get", resource]);
+        let clusters = column(&table, "CLUSTER");
+        assert!(
+            clusters.len() >= count && clusters.iter().all(|c| c == "capi-1"),
+            "kubectl get {resource}: the CLUSTER column is {clusters:?}:\n{table}"
+        );
+    }
 }

@@ -184,26 +184,30 @@ fn the_kvm_designs_example_is_refused_with_reasons_then_converts_once_fixed() {
             "spec:\n  infrastructureTemplate:\n    apiVersion: infrastructure.cluster.x-k8s.io/v1alpha4\n    kind: KVMMachineTemplate\n    name: example-control-plane\n",
             "spec:\n  replicas: 1\n  version: v1.21.2\n  machineTemplate:\n    infrastructureRef:\n      apiVersion: infrastructure.cluster.x-k8s.io/v1alpha4\n      kind: KVMMachineTemplate\n      name: example-control-plane\n",
         )
-        .replace("    replicas: 1\n    version: v1.21.2\n", "")
-        // The design's MachineDeployment also lacks the clusterName every version requires (the
-        // server's schema refuses it); that is no conversion matter, but the test applies the
-        // result.
-        .replace(
-            "spec:\n  replicas: 1\n  selector:",
-            "spec:\n  clusterName: example\n  replicas: 1\n  selector:",
-        )
-        .replace(
-            "    spec:\n      version: v1.21.2\n",
-            "    spec:\n      clusterName: example\n      version: v1.21.2\n",
-        );
+        .replace("    replicas: 1\n    version: v1.21.2\n", "");
+    // The design's MachineDeployment names its Cluster only by label: convert fills the
+    // clusterName fields v1beta2 requires from it (checked below, and by the apply at the end).
     assert_ne!(fixed, original);
-    assert_eq!(fixed.matches("clusterName: example").count(), 2, "{fixed}");
+    assert!(!fixed.contains("clusterName"), "{fixed}");
     let work = tempfile::tempdir().unwrap();
     let path = work.path().join("example.yaml");
     std::fs::write(&path, &fixed).unwrap();
     let out = convert(&[path.to_str().unwrap()], None);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let converted = text(&out.stdout);
+    let label_line = fixed
+        .lines()
+        .position(|l| l == "    cluster.x-k8s.io/cluster-name: example")
+        .unwrap()
+        + 1;
+    assert!(
+        text(&out.stderr).contains(&format!(
+            "note: {}:{label_line}: MachineDeployment example-worker: spec.clusterName set to \"example\", from metadata.labels[\"cluster.x-k8s.io/cluster-name\"]",
+            path.display()
+        )),
+        "{}",
+        text(&out.stderr)
+    );
     for comment in [
         "#### KVMCluster\n",
         "#### MachineDeployment (worker)\n",
@@ -214,8 +218,25 @@ fn the_kvm_designs_example_is_refused_with_reasons_then_converts_once_fixed() {
             "{comment:?} lost:\n{converted}"
         );
     }
-    let before = documents(&fixed);
+    let mut before = documents(&fixed);
     let after = documents(&converted);
+    let deployment = after
+        .iter()
+        .find(|o| o["kind"] == "MachineDeployment")
+        .unwrap();
+    assert_eq!(deployment["spec"]["clusterName"], "example");
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["clusterName"],
+        "example"
+    );
+    // Round trips as the input with the fields filled.
+    for object in before
+        .iter_mut()
+        .filter(|o| o["kind"] == "MachineDeployment")
+    {
+        object["spec"]["clusterName"] = "example".into();
+        object["spec"]["template"]["spec"]["clusterName"] = "example".into();
+    }
     round_trips(&before, &after);
     assert!(
         after
@@ -263,6 +284,98 @@ fn the_kvm_designs_example_is_refused_with_reasons_then_converts_once_fixed() {
     assert_eq!(stored["spec"]["replicas"], 1);
     let templates = support::items(&server.kubeconfig, "kvmmachinetemplates");
     assert_eq!(templates.len(), 2);
+    let stored = support::get(&server.kubeconfig, "machinedeployments", "example-worker");
+    assert_eq!(stored["spec"]["clusterName"], "example");
+}
+
+/// The seed's MachineDeployment alone, as the design wrote it.
+fn seed_machine_deployment() -> String {
+    let seed = std::fs::read_to_string(fixtures().join("seed-003-kvm-example.yaml")).unwrap();
+    let document = seed
+        .split("\n---\n")
+        .find(|d| d.contains("kind: MachineDeployment"))
+        .unwrap()
+        .to_owned();
+    assert!(document.contains("apiVersion: cluster.x-k8s.io/v1alpha4"));
+    assert!(!document.contains("clusterName"), "{document}");
+    document
+}
+
+#[test]
+fn a_missing_cluster_name_is_filled_from_the_cluster_label_or_refused() {
+    let work = tempfile::tempdir().unwrap();
+    let write = |name: &str, body: &str| {
+        let path = work.path().join(name);
+        std::fs::write(&path, body).unwrap();
+        path
+    };
+    // Only the template's label left: both fields come from it.
+    let seed = seed_machine_deployment();
+    let template_only = seed.replacen(
+        "  labels:\n    cluster.x-k8s.io/cluster-name: example\n",
+        "",
+        1,
+    );
+    assert_ne!(template_only, seed);
+    let path = write("template-label.yaml", &template_only);
+    let out = convert(&[path.to_str().unwrap()], None);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let deployment = &documents(&text(&out.stdout))[0];
+    assert_eq!(deployment["apiVersion"], "cluster.x-k8s.io/v1beta2");
+    assert_eq!(deployment["spec"]["clusterName"], "example");
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["clusterName"],
+        "example"
+    );
+    let label_line = template_only
+        .lines()
+        .position(|l| l == "        cluster.x-k8s.io/cluster-name: example")
+        .unwrap()
+        + 1;
+    for field in ["spec.clusterName", "spec.template.spec.clusterName"] {
+        assert!(
+            stderr.contains(&format!(
+                "template-label.yaml:{label_line}: MachineDeployment example-worker: {field} set to \"example\", from spec.template.metadata.labels[\"cluster.x-k8s.io/cluster-name\"]"
+            )),
+            "{field}: {stderr}"
+        );
+    }
+
+    // Nothing names the Cluster: refused at the spec, nothing written.
+    let unnamed = template_only.replace("cluster.x-k8s.io/cluster-name: example", "pool: worker");
+    assert!(!unnamed.contains("cluster-name"), "{unnamed}");
+    let path = write("unnamed.yaml", &unnamed);
+    let before = std::fs::read_to_string(&path).unwrap();
+    let out = convert(&["-i", path.to_str().unwrap()], None);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let spec_line = unnamed.lines().position(|l| l == "spec:").unwrap() + 1;
+    assert!(
+        stderr.contains(&format!(
+            "unnamed.yaml:{spec_line}: spec.clusterName: spec.clusterName and spec.template.spec.clusterName are required in v1beta2 and nothing in the object names its Cluster"
+        )) && stderr.contains("fix: set spec.clusterName and spec.template.spec.clusterName to the name of the Cluster"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("nothing was written"), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), before);
+
+    // Labels that name two Clusters: no guess.
+    let disagreeing = seed.replacen(
+        "      labels:\n        cluster.x-k8s.io/cluster-name: example\n",
+        "      labels:\n        cluster.x-k8s.io/cluster-name: other\n",
+        1,
+    );
+    assert_ne!(disagreeing, seed);
+    let path = write("disagreeing.yaml", &disagreeing);
+    let out = convert(&[path.to_str().unwrap()], None);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(out.stdout.is_empty());
+    assert!(
+        stderr.contains("the Cluster labels disagree") && stderr.contains("\"other\""),
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -81,17 +81,7 @@ fn a_kvm_control_plane_and_bare_metal_workers_make_one_cluster() {
     let work = tempfile::tempdir().unwrap();
     let bundle = work.path().join("bundle");
     let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/capi-1.yaml");
-    let (ok, out) = capstan(
-        Path::new("/dev/null"),
-        &[
-            "render",
-            example.to_str().unwrap(),
-            "--fake-bmcs",
-            "-o",
-            bundle.to_str().unwrap(),
-        ],
-    );
-    assert!(ok, "render: {out}");
+    render(&example, &bundle, &[]);
     let cluster_yaml = std::fs::read_to_string(bundle.join("cluster/cluster.yaml")).unwrap();
     let mixed_yaml = work.path().join("mixed.yaml");
     std::fs::write(&mixed_yaml, mixed(&cluster_yaml)).unwrap();
@@ -100,25 +90,17 @@ fn a_kvm_control_plane_and_bare_metal_workers_make_one_cluster() {
             .unwrap()
             .contains("kind: KVMMachineTemplate\n      name: capi-1-control-plane-vm")
     );
-    let log = work.path().join("serve.log");
-    let server = Serve::start(&work.path().join("data"), &log);
-    let kc = server.kubeconfig.clone();
-    let (ok, out) = capstan(
+    let server = Serve::start_in(work.path());
+    let (kc, log) = (server.kubeconfig.clone(), server.log.clone());
+    apply(
         &kc,
         &[
-            "apply",
-            "-f",
-            bundle.join("hosts/capi-1-worker-0.yaml").to_str().unwrap(),
-            "-f",
-            bundle.join("cluster/cilium.yaml").to_str().unwrap(),
-            "-f",
-            mixed_yaml.to_str().unwrap(),
+            &bundle.join("hosts/capi-1-worker-0.yaml"),
+            &bundle.join("cluster/cilium.yaml"),
+            &mixed_yaml,
         ],
     );
-    assert!(ok, "apply: {out}");
-    until("2 machines Running", Duration::from_secs(240), &log, || {
-        machines_running(&kc, 2)
-    });
+    wait_machines_running(&kc, &log, 2, Duration::from_secs(240));
     let machines = items(&kc, "machines.cluster.x-k8s.io");
     let ids: Vec<&str> = machines
         .iter()
@@ -258,11 +240,9 @@ fn the_clusterctl_template_applies_with_the_designs_defaults() {
     );
     let file = work.path().join("cluster.yaml");
     std::fs::write(&file, cluster).unwrap();
-    let log = work.path().join("serve.log");
-    let server = Serve::start(&work.path().join("data"), &log);
-    let kc = server.kubeconfig.clone();
-    let (ok, out) = capstan(&kc, &["apply", "-f", file.to_str().unwrap()]);
-    assert!(ok, "apply: {out}");
+    let server = Serve::start_in(work.path());
+    let (kc, log) = (server.kubeconfig.clone(), server.log.clone());
+    apply(&kc, &[&file]);
     // The design's sizes, read through v1alpha4: 8GB control planes do not fit the 3 GiB test
     // hypervisor, and the KVMMachine says so.
     until(
@@ -373,25 +353,17 @@ fn rendered_mixed_cluster_comes_up(reverse: bool) -> Vec<String> {
     assert_eq!(cluster_yaml.contains("kind: Metal3Cluster"), reverse);
     let (ok, lint) = capstan(Path::new("/dev/null"), &["lint", bundle.to_str().unwrap()]);
     assert!(ok, "the rendered bundle does not lint clean: {lint}");
-    let log = work.path().join("serve.log");
-    let server = Serve::start(&work.path().join("data"), &log);
-    let kc = server.kubeconfig.clone();
-    let (ok, out) = capstan(
+    let server = Serve::start_in(work.path());
+    let (kc, log) = (server.kubeconfig.clone(), server.log.clone());
+    apply(
         &kc,
         &[
-            "apply",
-            "-f",
-            bundle.join("hosts").to_str().unwrap(),
-            "-f",
-            bundle.join("cluster/cilium.yaml").to_str().unwrap(),
-            "-f",
-            bundle.join("cluster/cluster.yaml").to_str().unwrap(),
+            &bundle.join("hosts"),
+            &bundle.join("cluster/cilium.yaml"),
+            &bundle.join("cluster/cluster.yaml"),
         ],
     );
-    assert!(ok, "apply: {out}");
-    let machines = until("2 machines Running", Duration::from_secs(240), &log, || {
-        machines_running(&kc, 2)
-    });
+    let machines = wait_machines_running(&kc, &log, 2, Duration::from_secs(240));
     let (ok, tree) = capstan(&kc, &["describe", "cluster", "mixed"]);
     assert!(ok, "describe: {tree}");
     assert!(

@@ -11,25 +11,18 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+mod support;
+
+use support::{first_line, free_port};
+
 struct Serve {
     child: Child,
     kubeconfig: PathBuf,
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Waits for `child` (a `capstan serve` with piped stdout) to print its ready line.
 fn wait_ready(child: &mut std::process::Child, what: &str) {
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let line = first_line(child);
     assert!(
         line.contains("ready at"),
         "{what}: unexpected first line: {line:?}"

@@ -31,7 +31,7 @@
 //! The served kinds are discovered again every `interval` (a CRD added or removed); discovery reads
 //! no objects.
 
-use capstan_runtime::controller::ErrorChain;
+use capstan_runtime::controller::{ErrorChain, failure_level};
 use capstan_runtime::metrics::ReconcileResult;
 use capstan_runtime::{RuntimeError, Task, TaskEnv};
 use futures::StreamExt;
@@ -521,7 +521,13 @@ struct Outcome {
 
 impl Outcome {
     fn fail(&mut self, err: &GcError) {
-        tracing::warn!(controller = GC_CONTROLLER, error = %ErrorChain(err), "collecting failed");
+        // A write from a stale graph fails its precondition with a conflict, harmlessly: the
+        // retry acts on the graph the watches have brought up to date.
+        if failure_level(err) == tracing::Level::DEBUG {
+            tracing::debug!(controller = GC_CONTROLLER, "conflict, {err}; retrying");
+        } else {
+            tracing::warn!(controller = GC_CONTROLLER, error = %ErrorChain(err), "collecting failed");
+        }
         self.failed += 1;
     }
 }

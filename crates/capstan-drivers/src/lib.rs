@@ -7,6 +7,9 @@
 //! - [`fake`]: an in-memory BMC for `fake://` addresses, shipped in the product for demos and
 //!   scale tests, with request counters.
 //!
+//! [`SCHEMES`] lists the address schemes these drivers serve; [`scheme_of`] judges an address by
+//! it, for `capstan render` and `capstan lint` as for registration.
+//!
 //! Verbs that change something return an [`Outcome`]: [`Outcome::Unchanged`] when the BMC was
 //! already in the asked-for state and no request was sent, [`Outcome::Requested`] when a request
 //! was accepted and the caller should come back later to observe its effect (BMCs apply power
@@ -19,7 +22,7 @@ mod http;
 pub mod redfish;
 pub mod tls;
 
-pub use address::{BmcAddress, Driver, Transport};
+pub use address::{BmcAddress, Driver, SCHEMES, Scheme, SchemeError, Transport, scheme_of};
 pub use error::BmcError;
 pub use fake::{FakeBmc, FakeCounters};
 pub use redfish::RedfishBmc;

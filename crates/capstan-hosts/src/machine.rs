@@ -413,18 +413,12 @@ fn deploy_request(pass: &Pass<'_>, image: &Image) -> Result<DeployRequest, Strin
 /// What `spec.image` asks the agent to fetch and check, or why it cannot be deployed; refused
 /// here, before a host is booted for nothing.
 fn image_checksum_and_format(image: &Image) -> Result<(ImageChecksum, ImageFormat), String> {
-    // The agent's downloads are plain HTTP (integrity comes from the checksum): a ramdisk has no
-    // CA store to check an HTTPS server against.
+    // Only the schemes the agent downloads from (plain HTTP: a ramdisk has no CA store to check an
+    // HTTPS server against, and integrity comes from the checksum), the list render and lint
+    // check against too.
     let plain_http = |field: &str, url: &str| {
-        if url.starts_with("http://") {
-            Ok(())
-        } else {
-            Err(format!(
-                "{field} {url:?} is not an http:// URL: the agent downloads over plain HTTP and \
-                 checks the checksum; serve it over http:// or from capstan's images directory \
-                 (--images-dir, under /images/)"
-            ))
-        }
+        capstan_model::agent::check_download_url(url)
+            .map_err(|err| format!("{field} {url:?}: {err}"))
     };
     plain_http("spec.image.url", &image.url)?;
     let checksum = image
@@ -728,11 +722,11 @@ mod tests {
             ),
             (
                 image("https://i/d.img", &sha, None),
-                "spec.image.url \"https://i/d.img\" is not an http:// URL",
+                "spec.image.url \"https://i/d.img\": https:// is not supported",
             ),
             (
                 image("http://i/d.img", "https://i/SUMS", None),
-                "spec.image.checksum \"https://i/SUMS\" is not an http:// URL",
+                "spec.image.checksum \"https://i/SUMS\": https:// is not supported",
             ),
             (
                 image("http://i/d.img", &sha, Some("sha512")),

@@ -56,6 +56,8 @@ pub struct Waiting {
     pub message: String,
     /// Look again after this long; `None` waits for a watched change.
     pub requeue_after: Option<Duration>,
+    /// Further conditions the provider keeps beside `Ready` (e.g. whether a host is associated).
+    pub conditions: Vec<capstan_model::meta::Condition>,
 }
 
 impl Waiting {
@@ -65,7 +67,15 @@ impl Waiting {
             reason: reason.into(),
             message: message.into(),
             requeue_after: None,
+            conditions: Vec::new(),
         }
+    }
+
+    /// Also writes `condition` (merged with the object's others by type).
+    #[must_use]
+    pub fn with_condition(mut self, condition: capstan_model::meta::Condition) -> Self {
+        self.conditions.push(condition);
+        self
     }
 
     /// Also looks again after `delay`.

@@ -10,7 +10,8 @@
 //! 5. Bootstrap data (`Machine.spec.bootstrap.dataSecretName`, key `value`) → wait until the Secret
 //!    exists (not needed any more once the machine is provisioned).
 //! 6. [`InfraMachineProvider::ensure`] → `Done` writes `spec.providerID` and the provisioned status;
-//!    `Waiting` writes the `Ready` condition with the provider's reason.
+//!    `Waiting` writes the `Ready` condition with the provider's reason (and the provider's other
+//!    conditions, if it gives any).
 //!
 //! `status.initialization.provisioned` is one-way, as the contract says: once true it stays true.
 //! The controller is triggered by changes to its objects, to their owner Machines (bootstrap data
@@ -221,10 +222,12 @@ impl<P: InfraMachineProvider> InfraMachineController<P> {
             machine.meta().generation,
         );
         let name = machine.name_any();
+        let mut conditions = vec![condition];
+        conditions.extend(waiting.conditions.iter().cloned());
         if let Some(patch) = status_patch(
             &value,
             owned,
-            vec![condition],
+            conditions,
             &capstan_runtime::conditions::now(),
         ) {
             status::patch_status(api, &name, &patch)

@@ -99,6 +99,7 @@ async fn a_vm_boots_capstans_cloud_init_medium_and_leaves_nothing_behind() {
             &cache_dir(),
             &image_dir,
             capstan_ramdisk::cloud_image::DEFAULT_MIRROR,
+            capstan_ramdisk::cloud_image::DEFAULT_ROOT_FREE_BYTES,
             &|step| eprintln!("cloud-image: {step}"),
         )
     })

@@ -134,36 +134,75 @@ pub fn describe_selector(selector: &HostSelector) -> String {
     }
 }
 
-/// Why no host could be chosen: how many hosts the selector matches and why each is out, and
+/// How the hosts of a namespace stand against a `hostSelector`: what a message about an empty
+/// choice counts.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HostCounts {
+    /// BareMetalHosts in the namespace.
+    pub total: usize,
+    /// Of those, the ones the selector matches.
+    pub matching: usize,
+    /// Of the matching ones, those that could be claimed now.
+    pub available: usize,
+    /// Of the matching ones, those another machine holds (`spec.consumerRef` set).
+    pub claimed: usize,
+    /// The other matching ones by why they are out (paused, in error, not available …).
+    pub other: BTreeMap<&'static str, usize>,
+}
+
+impl HostCounts {
+    pub fn of(hosts: &[BareMetalHost], selector: &HostSelector) -> Self {
+        let mut counts = Self {
+            total: hosts.len(),
+            ..Self::default()
+        };
+        for host in hosts.iter().filter(|h| selector.matches(labels(h))) {
+            counts.matching += 1;
+            match unclaimable(host) {
+                None => counts.available += 1,
+                Some("consumed") => counts.claimed += 1,
+                Some(reason) => *counts.other.entry(reason).or_default() += 1,
+            }
+        }
+        counts
+    }
+
+    /// `3 BareMetalHosts in namespace ns, 2 matching: 0 available, 1 claimed, 1 paused`.
+    fn describe(&self, namespace: &str) -> String {
+        let plural = if self.total == 1 { "" } else { "s" };
+        let mut text = format!(
+            "{} BareMetalHost{plural} in namespace {namespace}, {} matching: {} available, {} claimed",
+            self.total, self.matching, self.available, self.claimed
+        );
+        for (reason, n) in &self.other {
+            text.push_str(&format!(", {n} {reason}"));
+        }
+        text
+    }
+}
+
+/// Why no host could be chosen: the selector, how many hosts the namespace has, how many of them
+/// the selector matches and how those stand (available, claimed, out for another reason), and
 /// what to do.
 pub fn no_host_message(
     hosts: &[BareMetalHost],
     selector: &HostSelector,
     namespace: &str,
 ) -> String {
-    let mut why: BTreeMap<&str, usize> = BTreeMap::new();
-    let mut matching = 0;
-    for host in hosts.iter().filter(|h| selector.matches(labels(h))) {
-        matching += 1;
-        if let Some(reason) = unclaimable(host) {
-            *why.entry(reason).or_default() += 1;
-        }
-    }
+    let counts = HostCounts::of(hosts, selector);
     let selector_text = describe_selector(selector);
-    if matching == 0 {
+    if counts.matching == 0 {
         return format!(
-            "no BareMetalHost in namespace {namespace} matches {selector_text} ({} hosts in the \
-             namespace): label hosts to match, or change spec.hostSelector of the \
-             Metal3MachineTemplate",
-            hosts.len()
+            "no BareMetalHost matches {selector_text} ({}): label hosts to match, or change \
+             spec.hostSelector of the Metal3MachineTemplate",
+            counts.describe(namespace)
         );
     }
-    let reasons: Vec<String> = why.iter().map(|(r, n)| format!("{n} {r}")).collect();
     format!(
-        "no available BareMetalHost in namespace {namespace} matches {selector_text}: {matching} \
-         match but {}; add or free a matching host (delete a Machine, or wait for one to finish \
-         deprovisioning), or change spec.hostSelector",
-        reasons.join(", ")
+        "no available BareMetalHost matches {selector_text} ({}): add a BareMetalHost matching \
+         it or free one (delete a Machine, or wait for one to finish deprovisioning), or change \
+         spec.hostSelector",
+        counts.describe(namespace)
     )
 }
 
@@ -465,16 +504,19 @@ mod tests {
         let hosts = vec![
             host("a", json!({"role": "cp"}), "provisioned", Some("m1")),
             host("b", json!({"role": "cp"}), "inspecting", None),
+            host("w", json!({"role": "worker"}), "available", None),
         ];
         let selector = HostSelector {
             match_labels: [("role".to_owned(), "cp".to_owned())].into(),
             match_expressions: Vec::new(),
         };
         let message = no_host_message(&hosts, &selector, "ns");
-        assert!(message.contains("matchLabels {role=cp}"), "{message}");
-        assert!(
-            message.contains("2 match but 1 consumed, 1 not available"),
-            "{message}"
+        assert_eq!(
+            message,
+            "no available BareMetalHost matches matchLabels {role=cp} (3 BareMetalHosts in \
+             namespace ns, 2 matching: 0 available, 1 claimed, 1 not available): add a \
+             BareMetalHost matching it or free one (delete a Machine, or wait for one to finish \
+             deprovisioning), or change spec.hostSelector"
         );
         let none = HostSelector {
             match_labels: [("role".to_owned(), "gpu".to_owned())].into(),
@@ -482,9 +524,19 @@ mod tests {
         };
         let message = no_host_message(&hosts, &none, "ns");
         assert!(
-            message.contains("no BareMetalHost in namespace ns matches matchLabels {role=gpu}"),
+            message.starts_with(
+                "no BareMetalHost matches matchLabels {role=gpu} (3 BareMetalHosts in namespace \
+                 ns, 0 matching: 0 available, 0 claimed)"
+            ),
             "{message}"
         );
         assert!(message.contains("change spec.hostSelector"), "{message}");
+        let one = [host("a", json!({"role": "cp"}), "provisioned", Some("m1"))];
+        let message = no_host_message(&one, &selector, "ns");
+        assert!(
+            message
+                .contains("(1 BareMetalHost in namespace ns, 1 matching: 0 available, 1 claimed)"),
+            "{message}"
+        );
     }
 }

@@ -11,7 +11,10 @@
 //!    merge patch carrying the host's `resourceVersion`. Two machines racing for one host: the
 //!    server accepts one write and refuses the other with a conflict, and the loser selects again
 //!    on its next pass, so no host is ever claimed twice, whatever the concurrency or restarts.
-//!    No host → a `NoAvailableHost` condition and Event naming the selector and what to do.
+//!    No host → `Ready` False `NoAvailableHost` and `AssociateBareMetalHost` False
+//!    `AssociateBareMetalHostFailed` (upstream CAPM3's condition), and a Warning Event, naming the
+//!    selector, the namespace's hosts (matching, available, claimed) and what to do. Once a host is
+//!    held, `AssociateBareMetalHost` is True.
 //! 3. **Configure** the host (a resourceVersion-guarded merge patch of the fields this provider
 //!    owns): `image` (url, checksum, checksumType, format), `userData` (a copy of the Machine's
 //!    bootstrap data in Secret `<m3m>-user-data`), `metaData` (Secret `<m3m>-metadata`:
@@ -60,6 +63,13 @@ pub const MACHINE_CONTROLLER: &str = "metal3machine";
 pub const MACHINE_FINALIZER: &str = "metal3machine.infrastructure.cluster.x-k8s.io";
 /// Condition: whether the workload Node carries the providerID.
 pub const CONDITION_NODE_PROVIDER_ID: &str = "NodeProviderID";
+/// Condition: whether the machine holds a BareMetalHost (upstream CAPM3's v1beta2 condition; its
+/// v1beta1 one is `AssociateBMH`).
+pub const CONDITION_ASSOCIATE_HOST: &str = "AssociateBareMetalHost";
+/// Reason of [`CONDITION_ASSOCIATE_HOST`] when no host could be claimed (upstream's).
+pub const REASON_ASSOCIATE_HOST_FAILED: &str = "AssociateBareMetalHostFailed";
+/// Reason of [`CONDITION_ASSOCIATE_HOST`] once a host is held (upstream's).
+pub const REASON_ASSOCIATE_HOST_SUCCESS: &str = "AssociateBareMetalHostSuccess";
 /// How often a machine without a host looks again (a freed host also triggers it at once).
 const NO_HOST_RETRY: Duration = Duration::from_secs(60);
 /// How soon a machine that lost a claim race selects again.
@@ -235,9 +245,17 @@ impl Metal3MachineProvider {
                     )
                     .await;
             }
-            return Ok(Err(
-                Waiting::new("NoAvailableHost", message).retry_after(NO_HOST_RETRY)
-            ));
+            // As upstream reports it, so what reads CAPM3's conditions finds it, and on Ready.
+            let associate = conditions::condition(
+                CONDITION_ASSOCIATE_HOST,
+                conditions::FALSE,
+                REASON_ASSOCIATE_HOST_FAILED,
+                message.clone(),
+                machine.metadata.generation,
+            );
+            return Ok(Err(Waiting::new("NoAvailableHost", message)
+                .with_condition(associate)
+                .retry_after(NO_HOST_RETRY)));
         }
         let pick = rand::rng().random_range(0..candidates.len());
         let chosen = candidates[pick];
@@ -630,9 +648,7 @@ impl InfraMachineProvider for Metal3MachineProvider {
         context: &Context,
     ) -> Result<Progress<Provisioned>, Metal3Error> {
         let machine = request.machine;
-        let client = context.client();
         let namespace = machine.namespace().unwrap_or_default();
-        let name = machine.name_any();
         let host = match self.find_host(context, machine, false).await? {
             Some(host) => host,
             None => match self.claim(request, context).await? {
@@ -640,6 +656,43 @@ impl InfraMachineProvider for Metal3MachineProvider {
                 Err(waiting) => return Ok(Progress::Waiting(waiting)),
             },
         };
+        let associated = conditions::condition(
+            CONDITION_ASSOCIATE_HOST,
+            conditions::TRUE,
+            REASON_ASSOCIATE_HOST_SUCCESS,
+            format!("BareMetalHost {namespace}/{}", host.name_any()),
+            machine.metadata.generation,
+        );
+        Ok(match self.ensure_on_host(request, context, host).await? {
+            Progress::Done(mut provisioned) => {
+                provisioned.conditions.push(associated);
+                Progress::Done(provisioned)
+            }
+            Progress::Waiting(waiting) => Progress::Waiting(waiting.with_condition(associated)),
+        })
+    }
+
+    async fn release(
+        &self,
+        request: &ReleaseRequest<'_, Metal3Machine>,
+        context: &Context,
+    ) -> Result<Progress<()>, Metal3Error> {
+        self.release_host(request, context).await
+    }
+}
+
+impl Metal3MachineProvider {
+    /// Steps 3 to 5 on the host the machine holds.
+    async fn ensure_on_host(
+        &self,
+        request: &MachineRequest<'_, Metal3Machine>,
+        context: &Context,
+        host: BareMetalHost,
+    ) -> Result<Progress<Provisioned>, Metal3Error> {
+        let machine = request.machine;
+        let client = context.client();
+        let namespace = machine.namespace().unwrap_or_default();
+        let name = machine.name_any();
         let host_name = host.name_any();
         let annotation = format!("{namespace}/{host_name}");
         if machine.annotations().get(ANNOTATION_HOST) != Some(&annotation) {
@@ -720,7 +773,8 @@ impl InfraMachineProvider for Metal3MachineProvider {
         }))
     }
 
-    async fn release(
+    /// Releases the host the machine holds, one step per pass (see the module's `release`).
+    async fn release_host(
         &self,
         request: &ReleaseRequest<'_, Metal3Machine>,
         context: &Context,

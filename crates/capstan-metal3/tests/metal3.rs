@@ -454,7 +454,26 @@ async fn ten_machines_race_for_five_hosts() {
         .clone()
         .unwrap();
     assert!(message.contains("matchLabels {pool=race}"), "{message}");
-    assert!(message.contains("5 consumed"), "{message}");
+    assert!(
+        message.contains("(5 BareMetalHosts in namespace")
+            && message.contains("5 matching: 0 available, 5 claimed)"),
+        "{message}"
+    );
+    // Upstream's condition says the same.
+    let associate = waiting
+        .status
+        .as_ref()
+        .unwrap()
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "AssociateBareMetalHost")
+        .unwrap();
+    assert_eq!(associate.status, "False");
+    assert_eq!(
+        associate.reason.as_deref(),
+        Some("AssociateBareMetalHostFailed")
+    );
+    assert_eq!(associate.message.as_deref(), Some(message.as_str()));
 
     // Freeing one host lets a waiting machine take it.
     let freed = list.iter().find(|m| provisioned(m)).unwrap().name_any();

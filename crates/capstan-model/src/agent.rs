@@ -30,6 +30,53 @@ pub const CONFIG_DRIVE_PATH: &str = "/agent/v1/configdrive";
 /// Label of a config drive filesystem, as cloud-init's ConfigDrive source looks for it.
 pub const CONFIG_DRIVE_LABEL: &str = "config-2";
 
+/// The URL schemes the agent downloads images and checksum files from: plain HTTP only. The
+/// ramdisk carries no CA certificates to verify an HTTPS server with, and an image's integrity
+/// comes from its checksum, which the agent verifies as the image streams. The one list that the
+/// host controller (before it boots a host), `capstan render` and `capstan lint` judge image URLs
+/// by; the agent's tests hold its HTTP client to it.
+pub const DOWNLOAD_SCHEMES: &[&str] = &["http"];
+
+/// Why the agent cannot download from a URL. Each message ends with what to do instead.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DownloadUrlError {
+    /// A scheme other than those in [`DOWNLOAD_SCHEMES`].
+    #[error(
+        "{scheme}:// is not supported: the agent in capstan's ramdisk downloads over plain http://{}; {SERVE_OVER_HTTP}",
+        if scheme.eq_ignore_ascii_case("https") {
+            " (the ramdisk has no CA certificates to verify an HTTPS server with; the checksum guards the image)"
+        } else {
+            ""
+        }
+    )]
+    NotSupported {
+        /// The scheme as written.
+        scheme: String,
+    },
+    /// No `scheme://` at all.
+    #[error("{url:?} is not a URL; {SERVE_OVER_HTTP}")]
+    NotAUrl {
+        /// The text given.
+        url: String,
+    },
+}
+
+const SERVE_OVER_HTTP: &str = "serve the image over http://, or from capstan's images directory \
+     (`capstan serve --images-dir`, served under /images/)";
+
+/// Whether the agent can download from `url`: its scheme is one of [`DOWNLOAD_SCHEMES`].
+pub fn check_download_url(url: &str) -> Result<(), DownloadUrlError> {
+    match url.split_once("://") {
+        Some((scheme, _)) if DOWNLOAD_SCHEMES.contains(&scheme) => Ok(()),
+        Some((scheme, _)) if !scheme.is_empty() => Err(DownloadUrlError::NotSupported {
+            scheme: scheme.to_owned(),
+        }),
+        _ => Err(DownloadUrlError::NotAUrl {
+            url: url.to_owned(),
+        }),
+    }
+}
+
 /// Names one operation (an inspection, a deployment, a cleaning) so that repeating a command is
 /// harmless: the agent runs each operation id at most once per boot.
 pub type OperationId = String;
@@ -264,6 +311,38 @@ pub fn parse_kernel_cmdline(cmdline: &str) -> (Option<String>, Option<String>, O
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_plain_http_is_downloaded() {
+        assert_eq!(
+            check_download_url("http://10.0.2.2:6180/images/disk.img"),
+            Ok(())
+        );
+        let https = check_download_url("https://images.example/disk.img").unwrap_err();
+        assert!(
+            https.to_string().starts_with(
+                "https:// is not supported: the agent in capstan's ramdisk downloads over plain \
+                 http:// (the ramdisk has no CA certificates"
+            ),
+            "{https}"
+        );
+        assert!(https.to_string().contains("serve the image over http://"));
+        assert_eq!(
+            check_download_url("file:///var/lib/disk.img"),
+            Err(DownloadUrlError::NotSupported {
+                scheme: "file".into()
+            })
+        );
+        for not_a_url in ["", "disk.img", "://x"] {
+            assert!(
+                matches!(
+                    check_download_url(not_a_url),
+                    Err(DownloadUrlError::NotAUrl { .. })
+                ),
+                "{not_a_url:?}"
+            );
+        }
+    }
 
     #[test]
     fn commands_are_tagged_by_action() {

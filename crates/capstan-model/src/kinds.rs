@@ -29,6 +29,17 @@ impl KindInfo {
             format!("{}/{}", self.group, version)
         }
     }
+
+    /// Whether objects of this kind have a `status` subresource, as upstream's CRDs give them: a
+    /// create or update of the object itself then ignores `status` (Kubernetes' own kinds may
+    /// differ; the API server knows those).
+    pub fn has_status_subresource(&self) -> bool {
+        !matches!(
+            self.kind,
+            "Secret" | "ConfigMap" | "Event" | "ClusterResourceSetBinding"
+        ) && !self.kind.ends_with("Template")
+            && !matches!(self.group, "cilium.io")
+    }
 }
 
 const CAPI: &[&str] = &["cluster-api"];

@@ -555,15 +555,55 @@ fn error_policy<R: Reconciler>(
     let delay = shared
         .backoff
         .next(object.meta().namespace.as_deref(), &object.name_any());
-    tracing::warn!(
-        controller = shared.reconciler.name(),
-        object = %object.name_any(),
-        namespace = object.meta().namespace.as_deref().unwrap_or_default(),
-        retry_in = ?delay,
-        error = %ErrorChain(error),
-        "reconcile failed"
-    );
+    let controller = shared.reconciler.name();
+    let name = object.name_any();
+    let namespace = object.meta().namespace.as_deref().unwrap_or_default();
+    if failure_level(error) == tracing::Level::DEBUG {
+        tracing::debug!(controller, object = %name, namespace, retry_in = ?delay, "conflict: the object changed since it was read; retrying");
+    } else {
+        tracing::warn!(controller, object = %name, namespace, retry_in = ?delay, error = %ErrorChain(error), "reconcile failed");
+    }
     Action::requeue(delay)
+}
+
+/// The level a failed reconcile is logged at: a conflict at debug, as the normal retry path of a
+/// level-triggered controller (two writers of one object, one wins, the other's next pass reads
+/// the winner's write), anything else at warn.
+pub fn failure_level(error: &(dyn std::error::Error + 'static)) -> tracing::Level {
+    if is_conflict(error) {
+        tracing::Level::DEBUG
+    } else {
+        tracing::Level::WARN
+    }
+}
+
+/// Whether a failure is an optimistic-concurrency conflict: the first API error in its chain is a
+/// 409 for a stale `resourceVersion` (or a precondition), which the requeue retries with fresh
+/// data. Not the other 409s, which a retry with fresh data does not resolve: `AlreadyExists`, and
+/// a server-side apply taking fields another manager owns (`FieldManagerConflict` causes).
+pub fn is_conflict(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(err) = next {
+        // Reconcilers wrap kube's error as it is or boxed.
+        let kube = err
+            .downcast_ref::<kube::Error>()
+            .or_else(|| err.downcast_ref::<Box<kube::Error>>().map(|b| &**b));
+        if let Some(kube) = kube {
+            return match kube {
+                kube::Error::Api(status) => {
+                    let field_managers = status
+                        .details
+                        .iter()
+                        .flat_map(|d| &d.causes)
+                        .any(|c| c.reason == "FieldManagerConflict");
+                    status.code == 409 && !status.is_already_exists() && !field_managers
+                }
+                _ => false,
+            };
+        }
+        next = err.source();
+    }
+    false
 }
 
 /// Formats an error with all its sources, `a: b: c`.
@@ -749,6 +789,62 @@ async fn run_controller<R: Reconciler>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn api_error(code: u16, reason: &str) -> kube::Error {
+        kube::Error::Api(Box::new(kube::core::Status {
+            code,
+            reason: reason.to_owned(),
+            message: format!("{reason} ({code})"),
+            ..kube::core::Status::default()
+        }))
+    }
+
+    /// A reconciler's own error around a kube error, as the controllers write theirs (some box
+    /// it, some do not).
+    #[derive(Debug, thiserror::Error)]
+    enum Wrapping {
+        #[error("patching status of Machine m")]
+        Boxed(#[source] Box<kube::Error>),
+        #[error("reading Cluster c")]
+        Plain(#[source] kube::Error),
+    }
+
+    #[test]
+    fn a_conflict_is_logged_at_debug_and_other_failures_at_warn() {
+        let conflict =
+            ReconcileError::Reconcile(Wrapping::Boxed(Box::new(api_error(409, "Conflict"))));
+        assert!(is_conflict(&conflict));
+        assert_eq!(failure_level(&conflict), tracing::Level::DEBUG);
+        let plain = ReconcileError::Cleanup(Wrapping::Plain(api_error(409, "Conflict")));
+        assert_eq!(failure_level(&plain), tracing::Level::DEBUG);
+        let finalizer = ReconcileError::<Wrapping>::AddFinalizer {
+            finalizer: "f",
+            source: Box::new(api_error(409, "Conflict")),
+        };
+        assert_eq!(failure_level(&finalizer), tracing::Level::DEBUG);
+        // 409s that are no stale read: the object to create exists; an apply would take another
+        // manager's fields. Not the retry path.
+        let exists = ReconcileError::Reconcile(Wrapping::Plain(api_error(409, "AlreadyExists")));
+        assert!(!is_conflict(&exists));
+        assert_eq!(failure_level(&exists), tracing::Level::WARN);
+        let status: kube::core::Status = serde_json::from_value(serde_json::json!({
+            "code": 409,
+            "reason": "Conflict",
+            "details": {"causes": [{"reason": "FieldManagerConflict", "field": ".spec.replicas"}]},
+        }))
+        .unwrap();
+        let managers =
+            ReconcileError::Reconcile(Wrapping::Plain(kube::Error::Api(Box::new(status))));
+        assert_eq!(failure_level(&managers), tracing::Level::WARN);
+        for code in [500, 404, 422] {
+            let other = ReconcileError::Reconcile(Wrapping::Boxed(Box::new(api_error(
+                code,
+                "InternalError",
+            ))));
+            assert!(!is_conflict(&other), "{code}");
+            assert_eq!(failure_level(&other), tracing::Level::WARN, "{code}");
+        }
+    }
 
     #[test]
     fn backoff_doubles_to_the_cap_and_resets() {

@@ -39,7 +39,7 @@ pub enum PatchError {
 impl PatchError {
     /// Whether the write lost an optimistic-concurrency race (the requeue will retry with fresh data).
     pub fn is_conflict(&self) -> bool {
-        matches!(self, Self::Api { source, .. } if matches!(&**source, kube::Error::Api(e) if e.code == 409))
+        crate::controller::is_conflict(self)
     }
 }
 

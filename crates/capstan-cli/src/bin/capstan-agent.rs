@@ -2,10 +2,14 @@
 //! `capstan.url` and `capstan.token` from the kernel command line. For runs by hand and tests:
 //! `capstan-agent --url URL --token TOKEN [--root DIR] [--dev DIR] [--heartbeats N]`.
 
+#[path = "../stderr.rs"]
+mod stderr;
+
 use capstan_agent::inspect::SystemRoot;
 use capstan_agent::{Agent, AgentConfig};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use stderr::errln;
 
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
@@ -23,13 +27,13 @@ fn main() -> ExitCode {
             ("--dev", Some(v)) => dev = PathBuf::from(v),
             ("--heartbeats", Some(v)) => max_heartbeats = v.parse().ok(),
             (other, _) => {
-                eprintln!("capstan-agent: unknown or incomplete argument {other:?}");
+                errln!("capstan-agent: unknown or incomplete argument {other:?}");
                 return ExitCode::from(2);
             }
         }
     }
     let (Some(url), Some(token)) = (url, token) else {
-        eprintln!(
+        errln!(
             "capstan-agent: no capstan.url and capstan.token on the kernel command line (or --url/--token)"
         );
         return ExitCode::from(2);

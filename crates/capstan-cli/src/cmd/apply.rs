@@ -4,6 +4,7 @@
 use crate::client::{self, api_error};
 use crate::output::outln;
 use crate::output::{Exit, Style};
+use crate::stderr::errln;
 use anyhow::Context;
 use kube::api::{DynamicObject, Patch, PatchParams};
 use std::path::PathBuf;
@@ -75,7 +76,7 @@ pub fn run(args: Args, style: &Style) -> anyhow::Result<Exit> {
     let mut objects = match capstan_manifest::load_paths(&args.files) {
         Ok(objects) => objects,
         Err(err) => {
-            eprintln!("{} {err}", style.error("error:"));
+            errln!("{} {err}", style.error("error:"));
             return Ok(Exit::Unreadable);
         }
     };
@@ -87,7 +88,7 @@ pub fn run(args: Args, style: &Style) -> anyhow::Result<Exit> {
             let resource = match client::resolve_kind(&client, &id.api_version, &id.kind).await {
                 Ok(r) => r,
                 Err(err) => {
-                    eprintln!("{} {}: {err:#}", style.error("error:"), object.origin);
+                    errln!("{} {}: {err:#}", style.error("error:"), object.origin);
                     failed += 1;
                     continue;
                 }
@@ -127,7 +128,7 @@ pub fn run(args: Args, style: &Style) -> anyhow::Result<Exit> {
                 }
                 Err(err) => {
                     let err = api_error(err);
-                    eprintln!(
+                    errln!(
                         "{} {} ({}/{}): {:#}",
                         style.error("error:"),
                         where_(&object, &err),

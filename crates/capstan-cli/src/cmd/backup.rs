@@ -2,6 +2,7 @@
 //! `capstan serve --restore-from FILE` starts from it.
 
 use crate::output::{Exit, Style};
+use crate::stderr::errln;
 use anyhow::Context;
 use std::path::PathBuf;
 
@@ -23,6 +24,6 @@ pub fn run(args: Args, style: &Style) -> anyhow::Result<Exit> {
         .join("state.db");
     capstan_store::backup_file(&database, &args.to)
         .with_context(|| format!("backing up {}", database.display()))?;
-    eprintln!("{} {}", style.ok("backup written:"), args.to.display());
+    errln!("{} {}", style.ok("backup written:"), args.to.display());
     Ok(Exit::Ok)
 }

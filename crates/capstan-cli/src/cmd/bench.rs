@@ -9,6 +9,7 @@
 
 use crate::output::Exit;
 use crate::output::outln;
+use crate::stderr::errln;
 use anyhow::{Context, anyhow, bail};
 use base64::Engine;
 use bytes::Bytes;
@@ -92,7 +93,7 @@ impl Phases {
     }
 
     fn done(&mut self, phase: &str) {
-        eprintln!(
+        errln!(
             "{}: {phase} ({:.1} s)",
             self.system,
             self.started.elapsed().as_secs_f64()
@@ -205,7 +206,7 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
     if etcd_available {
         results.push(runtime.block_on(bench_etcd(&args))?);
     } else if !args.no_etcd {
-        eprintln!(
+        errln!(
             "etcd not found ({}); install Debian's etcd-server to compare",
             args.etcd.display()
         );

@@ -10,6 +10,7 @@
 //! hosts, and the host controller.
 
 use crate::output::{Exit, outln};
+use crate::stderr::errln;
 use anyhow::{Context, bail};
 use futures::{StreamExt, TryStreamExt};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, PostParams};
@@ -264,7 +265,7 @@ where
                 None => return Ok(()),
                 Some(progress) => {
                     if progress != last && shown.elapsed() >= Duration::from_secs(1) {
-                        eprintln!("  {what}: {progress}");
+                        errln!("  {what}: {progress}");
                         shown = Instant::now();
                         last = progress;
                     }
@@ -276,7 +277,7 @@ where
             Ok(None) => bail!("{what}: the watch ended"),
             Ok(Some(Err(err))) => {
                 // The watcher lists again after an error; give the server a moment first.
-                eprintln!("  {what}: watch: {err}");
+                errln!("  {what}: watch: {err}");
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 continue;
             }
@@ -498,9 +499,10 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    eprintln!(
+    errln!(
         "bench clusters: {} clusters of 1 control plane + {} workers through capstan serve --simulate-workloads…",
-        args.count, args.workers
+        args.count,
+        args.workers
     );
     let figures = runtime.block_on(bench(&args, &dir));
     let _ = std::fs::remove_dir_all(&dir);

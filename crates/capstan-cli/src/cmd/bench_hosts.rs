@@ -7,6 +7,7 @@
 
 use crate::output::Exit;
 use crate::output::outln;
+use crate::stderr::errln;
 use anyhow::{Context, anyhow, bail};
 use capstan_model::metal3::BareMetalHost;
 use futures::{StreamExt, TryStreamExt};
@@ -224,7 +225,7 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    eprintln!(
+    errln!(
         "bench hosts: {} fake hosts through capstan serve…",
         args.count
     );

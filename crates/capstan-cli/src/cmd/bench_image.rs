@@ -6,6 +6,7 @@
 
 use crate::output::Exit;
 use crate::output::outln;
+use crate::stderr::errln;
 use anyhow::{Context, bail};
 use capstan_model::agent::{ChecksumType, ImageFormat};
 use serde::Serialize;
@@ -127,7 +128,7 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    eprintln!("bench image-write: {} MiB image…", args.size_mib);
+    errln!("bench image-write: {} MiB image…", args.size_mib);
     let figures = runtime.block_on(bench(&args, &dir));
     if args.dir.is_none() {
         let _ = std::fs::remove_dir_all(&dir);

@@ -16,6 +16,7 @@
 
 use super::bench_clusters::{Counters, api, create_all, create_one, follow, status_field};
 use crate::output::{Exit, outln};
+use crate::stderr::errln;
 use anyhow::{Context, bail};
 use kube::api::{DeleteParams, DynamicObject, ListParams};
 use serde::Serialize;
@@ -445,7 +446,7 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
         .build()
         .context("starting the async runtime")?;
     if let Some(uri) = args.real.clone() {
-        eprintln!(
+        errln!(
             "bench kvm: {} VMs one at a time on {uri} through capstan serve…",
             args.vms
         );
@@ -488,9 +489,11 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
         }
         return Ok(Exit::Ok);
     }
-    eprintln!(
+    errln!(
         "bench kvm: {} clusters of 1 control plane + {} workers on {} simulated hypervisors through capstan serve --simulate-workloads…",
-        args.count, args.workers, args.hypervisors
+        args.count,
+        args.workers,
+        args.hypervisors
     );
     let figures = runtime.block_on(bench(&args, &dir));
     let _ = std::fs::remove_dir_all(&dir);

@@ -3,6 +3,7 @@
 //! `/metrics` on their own port.
 
 use crate::output::{Exit, Style};
+use crate::stderr::errln;
 use anyhow::Context;
 use capstan_runtime::{ControllerMetrics, Health, LeaderElectionConfig, RunOptions};
 use std::net::SocketAddr;
@@ -52,7 +53,7 @@ pub fn run(args: Args, _style: &Style) -> anyhow::Result<Exit> {
                     upstream.join(", ")
                 );
             }
-            eprintln!(
+            errln!(
                 "capstan controllers: starting beside upstream controllers (--allow-upstream-controllers): {}",
                 upstream.join(", ")
             );
@@ -91,7 +92,7 @@ pub fn run(args: Args, _style: &Style) -> anyhow::Result<Exit> {
                 term.cancel();
             }
         });
-        eprintln!(
+        errln!(
             "capstan controllers: running against {} (health on http://{})",
             args.kubeconfig.display(),
             args.health_listen
@@ -102,7 +103,7 @@ pub fn run(args: Args, _style: &Style) -> anyhow::Result<Exit> {
             crate::provisioning::start(&args.provisioning, None, shutdown.clone(), client.clone())
                 .await?
         {
-            eprintln!(
+            errln!(
                 "capstan controllers: provisioning server at {}",
                 provisioning.url
             );

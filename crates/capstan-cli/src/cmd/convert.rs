@@ -16,6 +16,11 @@
 //! Anything else would be lost: the document is refused with `file:line`, the field and what to
 //! do, and nothing is written (not to stdout, not to any file of an `-i` run).
 //!
+//! The `clusterName` fields every version requires (of Machines, MachineSets, MachineDeployments
+//! and MachineHealthChecks) are filled, when the input lacks them, from the other `clusterName` or
+//! the cluster-name labels the object carries, with a note; an object that names no Cluster is
+//! refused.
+//!
 //! Documents that are not Cluster API objects (Secrets, BareMetalHosts, IPPools, other providers'
 //! infrastructure kinds, other groups) pass through unchanged, as do objects already in
 //! `v1beta2`. The text of every unchanged part is kept, comments included (see
@@ -36,6 +41,7 @@ use capstan_model::path::{FieldPath, PathSegment};
 use serde_json::Value;
 
 use crate::output::{Exit, Style, out};
+use crate::stderr::errln;
 
 /// The version everything is converted to.
 const TARGET: &str = "v1beta2";
@@ -103,7 +109,7 @@ pub fn run(args: Args, style: &Style) -> anyhow::Result<Exit> {
         match read_input(path, args.in_place) {
             Ok(input) => inputs.push(input),
             Err(message) => {
-                eprintln!("{} {message}", style.error("error:"));
+                errln!("{} {message}", style.error("error:"));
                 return Ok(Exit::Unreadable);
             }
         }
@@ -113,8 +119,8 @@ pub fn run(args: Args, style: &Style) -> anyhow::Result<Exit> {
         match capstan_manifest::parse_documents(&input.name, &input.text) {
             Ok(documents) => parsed.push(documents),
             Err(err) => {
-                eprintln!("{} {err}", style.error("error:"));
-                eprintln!("nothing was written");
+                errln!("{} {err}", style.error("error:"));
+                errln!("nothing was written");
                 return Ok(Exit::Unreadable);
             }
         }
@@ -130,7 +136,7 @@ pub fn run(args: Args, style: &Style) -> anyhow::Result<Exit> {
     }
     if !refusals.is_empty() {
         for r in &refusals {
-            eprintln!(
+            errln!(
                 "{} {}: {}: {}\n  {} {}",
                 style.error("error:"),
                 r.location,
@@ -140,7 +146,7 @@ pub fn run(args: Args, style: &Style) -> anyhow::Result<Exit> {
                 r.hint
             );
         }
-        eprintln!(
+        errln!(
             "{} document field(s) cannot be converted to {TARGET} without loss; nothing was written",
             refusals.len()
         );
@@ -148,10 +154,10 @@ pub fn run(args: Args, style: &Style) -> anyhow::Result<Exit> {
     }
     for (input, result) in inputs.iter().zip(&results) {
         for note in &result.notes {
-            eprintln!("{} {note}", style.warning("note:"));
+            errln!("{} {note}", style.warning("note:"));
         }
         for document in &result.rewritten_whole {
-            eprintln!(
+            errln!(
                 "{} {}: document {} was written anew as a whole; its comments are not kept",
                 style.warning("note:"),
                 input.name,
@@ -165,7 +171,7 @@ pub fn run(args: Args, style: &Style) -> anyhow::Result<Exit> {
             if result.text != input.text
                 && let Err(err) = write_atomically(path, &result.text)
             {
-                eprintln!("{} {}: {err}", style.error("error:"), path.display());
+                errln!("{} {}: {err}", style.error("error:"), path.display());
                 return Ok(Exit::Unreadable);
             }
         }
@@ -180,7 +186,7 @@ pub fn run(args: Args, style: &Style) -> anyhow::Result<Exit> {
         }
     }
     for (input, result) in inputs.iter().zip(&results) {
-        eprintln!(
+        errln!(
             "{} {}: {} of {} document(s) to {TARGET}",
             style.ok("converted:"),
             input.name,
@@ -354,7 +360,7 @@ fn convert_object(
     if version == TARGET {
         return false;
     }
-    let v1beta1 = if info.versions.contains(&version) {
+    let mut v1beta1 = if info.versions.contains(&version) {
         object.clone()
     } else if version == "v1alpha4" && v1alpha4::handles(group, &kind) {
         match v1alpha4::to_v1beta1(object.clone()) {
@@ -395,6 +401,9 @@ fn convert_object(
         ));
         return false;
     };
+    if !fill_cluster_name(document, base, group, &kind, &mut v1beta1, refusals, notes) {
+        return false;
+    }
     let from_version = version_of(
         v1beta1
             .get("apiVersion")
@@ -454,6 +463,136 @@ fn convert_object(
     }
     *object = result;
     true
+}
+
+/// The `clusterName` fields a kind requires: every version declares them required, and
+/// `v1beta2`'s schema refuses the object without them.
+fn cluster_name_fields(group: &str, kind: &str) -> &'static [&'static str] {
+    match (group, kind) {
+        ("cluster.x-k8s.io", "Machine" | "MachineHealthCheck") => &["spec.clusterName"],
+        ("cluster.x-k8s.io", "MachineSet" | "MachineDeployment") => {
+            &["spec.clusterName", "spec.template.spec.clusterName"]
+        }
+        _ => &[],
+    }
+}
+
+/// Fills the `clusterName` fields `object` lacks (hand-written manifests, the KVM design's
+/// MachineDeployment among them, sometimes name the Cluster only by label): from the other
+/// `clusterName` field, else from the `cluster.x-k8s.io/cluster-name` label of the object, else of
+/// its template — names the object itself gives, never a guess from the other documents. Each
+/// fill is a note; when nothing names the Cluster, or the two labels name different ones, the
+/// object is refused (false).
+fn fill_cluster_name(
+    document: &LoadedObject,
+    base: &FieldPath,
+    group: &str,
+    kind: &str,
+    object: &mut Value,
+    refusals: &mut Vec<Refusal>,
+    notes: &mut Vec<String>,
+) -> bool {
+    let fields: Vec<FieldPath> = cluster_name_fields(group, kind)
+        .iter()
+        .map(|f| FieldPath::parse(f))
+        .collect();
+    let text = |path: &FieldPath| {
+        path.lookup(object)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+    };
+    let missing: Vec<&FieldPath> = fields.iter().filter(|f| text(f).is_none()).collect();
+    if missing.is_empty() {
+        return true;
+    }
+    let labels: Vec<FieldPath> = fields
+        .iter()
+        .map(|f| {
+            let owner = f
+                .parent()
+                .and_then(|spec| spec.parent())
+                .unwrap_or_else(FieldPath::root);
+            join(&owner, &FieldPath::parse("metadata.labels")).key(LABEL_CLUSTER_NAME)
+        })
+        .collect();
+    let named_by_labels: Vec<(String, &FieldPath)> = labels
+        .iter()
+        .filter_map(|l| text(l).map(|name| (name, l)))
+        .collect();
+    let from_field = fields.iter().find_map(|f| text(f).map(|name| (name, f)));
+    let source = match (from_field, named_by_labels.as_slice()) {
+        (Some(found), _) => found,
+        (None, [(a, a_at), (b, b_at), ..]) if a != b => {
+            refusals.push(Refusal {
+                location: location(document, base, b_at),
+                field: missing[0].to_string(),
+                problem: format!(
+                    "{} is required in {TARGET} and the Cluster labels disagree: {a_at} is {a:?}, {b_at} is {b:?}",
+                    missing[0]
+                ),
+                hint: format!(
+                    "set {} to the name of the Cluster these machines belong to (and make the labels agree), then convert again",
+                    names(&fields)
+                ),
+            });
+            return false;
+        }
+        (None, [found, ..]) => (found.0.clone(), found.1),
+        (None, []) => {
+            refusals.push(Refusal {
+                location: location(document, base, missing[0]),
+                field: missing[0].to_string(),
+                problem: format!(
+                    "{} {} required in {TARGET} and nothing in the object names its Cluster (no clusterName, no {LABEL_CLUSTER_NAME} label)",
+                    names(&missing),
+                    if missing.len() > 1 { "are" } else { "is" }
+                ),
+                hint: format!(
+                    "set {} to the name of the Cluster these machines belong to (or label the object {LABEL_CLUSTER_NAME}: NAME), then convert again",
+                    names(&fields)
+                ),
+            });
+            return false;
+        }
+    };
+    let (name, from) = (source.0, source.1.clone());
+    for field in missing {
+        set_text(object, field, &name);
+        notes.push(format!(
+            "{}: {kind} {}: {field} set to {name:?}, from {from}",
+            location(document, base, &from),
+            object
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default(),
+        ));
+    }
+    true
+}
+
+/// `a`, `a and b`: field paths for a message.
+fn names(fields: &[impl std::borrow::Borrow<FieldPath>]) -> String {
+    let names: Vec<String> = fields.iter().map(|f| f.borrow().to_string()).collect();
+    names.join(" and ")
+}
+
+/// Sets the string at `path` (keys only), making the objects on the way.
+fn set_text(object: &mut Value, path: &FieldPath, text: &str) {
+    let mut current = object;
+    for segment in path.segments() {
+        let PathSegment::Key(key) = segment else {
+            return;
+        };
+        if !current.is_object() {
+            *current = Value::Object(serde_json::Map::new());
+        }
+        let Value::Object(map) = current else {
+            return;
+        };
+        current = map.entry(key.clone()).or_insert(Value::Null);
+    }
+    *current = Value::String(text.to_owned());
 }
 
 /// One difference between the object read back and the input: what reading back gives

@@ -1,7 +1,9 @@
 //! `capstan describe cluster NAME`: the tree `clusterctl describe cluster` shows — the Cluster, its
 //! infrastructure, the control plane with its Machines, the workers by MachineDeployment — each with
-//! READY / SEVERITY / REASON / SINCE / MESSAGE; then, when anything is not ready, the root cause
-//! (the deepest failing object, its last error and its last Warning Event), and each Machine's
+//! READY / SEVERITY / REASON / SINCE / MESSAGE; then, when anything is not ready (the Cluster may
+//! still be available: a rollout that waits leaves it so), the root cause (the deepest failing
+//! object, its last error, its last Warning Event and, for a Machine that finds no host, who waits
+//! for it and what to add), and each Machine's
 //! timeline: host provisioning (the BareMetalHost's `operationHistory`) → bootstrap steps (the
 //! KubeadmConfig's conditions) → Node Ready, with timestamps; and when the certificates expire: the
 //! admin kubeconfig's client certificate (recorded on the KubeadmControlPlane, so the Secret is not
@@ -62,6 +64,10 @@ pub struct RootCause {
     /// The object's last error (`errorMessage`, failure message, or its condition message).
     pub error: String,
     pub last_warning_event: Option<EventSummary>,
+    /// What holds the chain up and what to do, when capstan knows (a Machine that waits for a
+    /// host).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
 }
 
 /// An Event, as shown.
@@ -539,8 +545,146 @@ pub fn root_causes(tree: &TreeNode, events: &[Value]) -> Vec<RootCause> {
             reason: node.reason.clone(),
             error: node.message.clone(),
             last_warning_event: last_warning(events, &node.kind, &node.name),
+            hint: None,
         })
         .collect()
+}
+
+/// The Metal3 reason of an infrastructure machine that found no host to claim.
+const REASON_NO_AVAILABLE_HOST: &str = "NoAvailableHost";
+
+/// A `hostSelector` as the Metal3 provider names it: `matchLabels {a=b} and matchExpressions
+/// [k in (x, y)]`.
+fn describe_selector(selector: &Value) -> String {
+    let mut parts = Vec::new();
+    if let Some(labels) = selector["matchLabels"]
+        .as_object()
+        .filter(|l| !l.is_empty())
+    {
+        let pairs: Vec<String> = labels
+            .iter()
+            .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+            .collect();
+        parts.push(format!("matchLabels {{{}}}", pairs.join(", ")));
+    }
+    if let Some(expressions) = selector["matchExpressions"]
+        .as_array()
+        .filter(|e| !e.is_empty())
+    {
+        let texts: Vec<String> = expressions
+            .iter()
+            .map(|e| {
+                let values: Vec<&str> = e["values"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .collect();
+                if values.is_empty() {
+                    format!("{} {}", text(&e["key"]), text(&e["operator"]))
+                } else {
+                    format!(
+                        "{} {} ({})",
+                        text(&e["key"]),
+                        text(&e["operator"]),
+                        values.join(", ")
+                    )
+                }
+            })
+            .collect();
+        parts.push(format!("matchExpressions [{}]", texts.join("; ")));
+    }
+    if parts.is_empty() {
+        "an empty hostSelector (any host)".to_owned()
+    } else {
+        parts.join(" and ")
+    }
+}
+
+fn condition_is_true(object: &Value, type_: &str) -> bool {
+    condition(&conditions(object), type_).is_some_and(|c| c["status"] == "True")
+}
+
+/// An integer field that may be written as a number or a string (`maxSurge: "1"`).
+fn int_field(value: &Value, default: i64) -> i64 {
+    value
+        .as_i64()
+        .or_else(|| value.as_str().and_then(|s| s.parse().ok()))
+        .unwrap_or(default)
+}
+
+/// What to do when the failing object of `cause` is an infrastructure machine that finds no
+/// host: who waits for it (the KubeadmControlPlane's or MachineDeployment's rollout, or a scale-up)
+/// and what lets it go on. Only what capstan does is offered: `maxSurge: 0` replaces
+/// control-plane Machines in place only with 3 or more replicas (fewer lose etcd quorum, so the
+/// KubeadmControlPlane refuses it, as upstream's does).
+fn host_hint(objects: &Objects, cause: &RootCause) -> Option<String> {
+    if cause.reason != REASON_NO_AVAILABLE_HOST {
+        return None;
+    }
+    let infra_name = cause.path.last()?.split_once('/')?.1;
+    let machine_name = cause
+        .path
+        .iter()
+        .rev()
+        .find_map(|p| p.strip_prefix("Machine/"))?;
+    let machine = find(&objects.machines, "", machine_name)?;
+    let infra = find(&objects.infra_machines, "", infra_name)?;
+    let selector = describe_selector(&infra["spec"]["hostSelector"]);
+    let namespace = text(&machine["metadata"]["namespace"]);
+    let place = if namespace.is_empty() {
+        String::new()
+    } else {
+        format!(" in namespace {namespace}")
+    };
+    let add = format!(
+        "add a BareMetalHost matching {selector}{place} (it is claimed once available), or free one"
+    );
+    if label(machine, "cluster.x-k8s.io/control-plane").is_some()
+        && let Some(cp) = &objects.control_plane
+    {
+        let owner = format!("{}/{}", kind_of(cp), name_of(cp));
+        if !condition_is_true(cp, "RollingOut") {
+            return Some(format!(
+                "{owner} waits for a host for Machine/{machine_name}: {add}"
+            ));
+        }
+        let replicas = int_field(&cp["spec"]["replicas"], 1);
+        let surge = int_field(
+            &cp["spec"]["rollout"]["strategy"]["rollingUpdate"]["maxSurge"],
+            1,
+        );
+        let in_place = if replicas >= 3 {
+            "; or set spec.rollout.strategy.rollingUpdate.maxSurge (v1beta1: \
+             spec.rolloutStrategy.rollingUpdate.maxSurge) to 0 to replace Machines in place, one \
+             at a time, without a spare host"
+                .to_owned()
+        } else {
+            format!(
+                "; replacing in place (maxSurge 0) needs 3 or more replicas, since removing a \
+                 Machine first would lose etcd quorum, so with {replicas} the rollout needs the \
+                 host"
+            )
+        };
+        return Some(format!(
+            "{owner}'s rollout waits for a host for Machine/{machine_name}: with maxSurge \
+             {surge} it adds a Machine before it removes an outdated one, and no matching host is \
+             free. {}{in_place}",
+            capitalise(&add)
+        ));
+    }
+    if let Some(deployment) = label(machine, "cluster.x-k8s.io/deployment-name")
+        .and_then(|d| find(&objects.machine_deployments, "", d))
+        && condition_is_true(deployment, "RollingOut")
+    {
+        return Some(format!(
+            "MachineDeployment/{}'s rollout waits for a host for Machine/{machine_name}: {add}; or \
+             set spec.rollout.strategy.rollingUpdate maxSurge 0 and maxUnavailable 1 (v1beta1: \
+             spec.strategy.rollingUpdate) to replace Machines in place, one at a time",
+            name_of(deployment)
+        ));
+    }
+    Some(format!("Machine/{machine_name} waits for a host: {add}"))
 }
 
 /// Each Machine's steps: host operations, bootstrap conditions, Node Ready.
@@ -627,11 +771,12 @@ pub fn timelines(objects: &Objects) -> Vec<Timeline> {
 /// The whole description.
 pub fn build(objects: &Objects) -> Description {
     let tree = tree(objects);
-    let root_causes = if tree.ready == "True" {
-        Vec::new()
-    } else {
-        root_causes(&tree, &objects.events)
-    };
+    // Of anything not ready, the Cluster included: a rollout that waits leaves the Cluster
+    // available, and its cause is below it.
+    let mut root_causes = root_causes(&tree, &objects.events);
+    for cause in &mut root_causes {
+        cause.hint = host_hint(objects, cause);
+    }
     Description {
         tree,
         root_causes,
@@ -756,6 +901,9 @@ pub fn render_text(description: &Description, now: jiff::Timestamp, style: &Styl
                     "    last Warning Event {} {}: {}\n",
                     event.time, event.reason, event.message
                 ));
+            }
+            if let Some(hint) = &cause.hint {
+                out.push_str(&format!("    → {hint}\n"));
             }
         }
     }
@@ -1084,11 +1232,139 @@ Cluster/c                                             False  Warning   NotAvaila
             "",
             "2026-01-01T00:59:00Z"
         )]);
+        objects.machine_deployments[0]["status"]["conditions"] =
+            json!([cond("Available", "True", "", "", "2026-01-01T00:59:00Z")]);
+        let md = json!({"cluster.x-k8s.io/deployment-name": "c-md", "cluster.x-k8s.io/cluster-name": "c"});
+        objects.machines[3] = machine("c-md-3", md, "True", "m-md-3");
+        objects.infra_machines[3] = infra("m-md-3", "True");
+        objects.hosts[3] = host("h3", "m-md-3", "provisioned", "");
         let description = build(&objects);
-        assert!(description.root_causes.is_empty());
+        assert!(
+            description.root_causes.is_empty(),
+            "{:?}",
+            description.root_causes
+        );
         let json = serde_json::to_value(&description).unwrap();
         assert_eq!(json["tree"]["display"], "Cluster/c");
         assert!(json.get("rootCauses").is_none());
+    }
+
+    /// capi-1 cut to one control-plane replica on its only host, asked for a new version: the
+    /// surge Machine's Metal3Machine finds no host while the Cluster stays available.
+    fn rollout_waiting_for_a_host(replicas: i64) -> Objects {
+        let cp =
+            json!({"cluster.x-k8s.io/control-plane": "", "cluster.x-k8s.io/cluster-name": "c"});
+        let no_host = "no available BareMetalHost matches matchLabels {role=cp} (1 BareMetalHost in namespace default, 1 matching: 0 available, 1 claimed): add a BareMetalHost matching it or free one (delete a Machine, or wait for one to finish deprovisioning), or change spec.hostSelector";
+        let mut waiting = machine("c-cp-2", cp.clone(), "False", "m-cp-2");
+        waiting["metadata"]["namespace"] = json!("default");
+        waiting["status"] = json!({"conditions": [
+            cond("Ready", "False", "NotReady", "", "2026-01-01T00:58:00Z"),
+        ]});
+        let mut m3m = infra("m-cp-2", "False");
+        m3m["status"]["conditions"] = json!([
+            cond(
+                "Ready",
+                "False",
+                "NoAvailableHost",
+                no_host,
+                "2026-01-01T00:58:00Z"
+            ),
+            cond(
+                "AssociateBareMetalHost",
+                "False",
+                "AssociateBareMetalHostFailed",
+                no_host,
+                "2026-01-01T00:58:00Z"
+            ),
+        ]);
+        m3m["spec"]["hostSelector"] = json!({"matchLabels": {"role": "cp"}});
+        Objects {
+            cluster: json!({"kind": "Cluster", "metadata": {"name": "c"}, "status": {"conditions": [
+                cond("Available", "True", "Available", "", "2026-01-01T00:10:00Z"),
+            ]}}),
+            control_plane: Some(json!({
+                "kind": "KubeadmControlPlane", "metadata": {"name": "c-cp"},
+                "spec": {"replicas": replicas, "version": "v1.32.1"},
+                "status": {"conditions": [
+                    cond("Available", "True", "Available", "", "2026-01-01T00:40:00Z"),
+                    cond("RollingOut", "True", "RollingOut", "1 of 2 Machines are not up to date", "2026-01-01T00:58:00Z"),
+                ]},
+            })),
+            machines: vec![machine("c-cp-1", cp, "True", "m-cp-1"), waiting],
+            infra_machines: vec![infra("m-cp-1", "True"), m3m],
+            hosts: vec![host("h0", "m-cp-1", "provisioned", "")],
+            events: vec![
+                json!({"type": "Warning", "reason": "NoAvailableHost", "message": no_host, "involvedObject": {"kind": "Metal3Machine", "name": "m-cp-2"}, "lastTimestamp": "2026-01-01T00:58:00Z"}),
+            ],
+            ..Objects::default()
+        }
+    }
+
+    #[test]
+    fn a_rollout_waiting_for_a_host_is_a_root_cause_though_the_cluster_is_available() {
+        let description = build(&rollout_waiting_for_a_host(1));
+        assert_eq!(description.tree.ready, "True");
+        assert_eq!(
+            description.root_causes.len(),
+            1,
+            "{:?}",
+            description.root_causes
+        );
+        let cause = &description.root_causes[0];
+        assert_eq!(
+            cause.path,
+            [
+                "Cluster/c",
+                "KubeadmControlPlane/c-cp",
+                "Machine/c-cp-2",
+                "Metal3Machine/m-cp-2"
+            ]
+        );
+        assert_eq!(cause.reason, "NoAvailableHost");
+        assert_eq!(
+            cause.hint.as_deref(),
+            Some(
+                "KubeadmControlPlane/c-cp's rollout waits for a host for Machine/c-cp-2: with \
+                 maxSurge 1 it adds a Machine before it removes an outdated one, and no matching \
+                 host is free. Add a BareMetalHost matching matchLabels {role=cp} in namespace \
+                 default (it is claimed once available), or free one; replacing in place \
+                 (maxSurge 0) needs 3 or more replicas, since removing a Machine first would lose \
+                 etcd quorum, so with 1 the rollout needs the host"
+            )
+        );
+        let text = render_text(&description, NOW.parse().unwrap(), &Style { color: false });
+        assert!(text.contains("★ Root cause"), "{text}");
+        assert!(
+            text.contains("    → KubeadmControlPlane/c-cp's rollout waits for a host"),
+            "{text}"
+        );
+        let json = serde_json::to_value(&description).unwrap();
+        assert!(json["rootCauses"][0]["hint"].is_string(), "{json}");
+    }
+
+    #[test]
+    fn with_three_replicas_the_hint_offers_max_surge_zero() {
+        let description = build(&rollout_waiting_for_a_host(3));
+        let hint = description.root_causes[0].hint.clone().unwrap_or_default();
+        assert!(
+            hint.contains("or set spec.rollout.strategy.rollingUpdate.maxSurge (v1beta1: spec.rolloutStrategy.rollingUpdate.maxSurge) to 0"),
+            "{hint}"
+        );
+        assert!(!hint.contains("needs 3 or more replicas"), "{hint}");
+        // Not a rollout: a scale-up waits for the host the same way, without the strategy.
+        let mut objects = rollout_waiting_for_a_host(3);
+        if let Some(cp) = objects.control_plane.as_mut() {
+            cp["status"]["conditions"][1]["status"] = json!("False");
+        }
+        let hint = build(&objects).root_causes[0]
+            .hint
+            .clone()
+            .unwrap_or_default();
+        assert!(
+            hint.starts_with("KubeadmControlPlane/c-cp waits for a host for Machine/c-cp-2: add a BareMetalHost matching matchLabels {role=cp}"),
+            "{hint}"
+        );
+        assert!(!hint.contains("maxSurge"), "{hint}");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 use crate::client::{self, get_json};
 use crate::output::{Exit, Style};
 use crate::output::{out, outln};
+use crate::stderr::errln;
 use anyhow::Context;
 use futures::{AsyncBufReadExt, TryStreamExt};
 use serde_json::Value;
@@ -196,7 +197,7 @@ pub fn run(args: Args, _style: &Style) -> anyhow::Result<Exit> {
                 rows = rows.into_iter().map(|r| with_event("ADDED", r)).collect();
             }
             if rows.is_empty() && !args.watch {
-                eprintln!("No resources found.");
+                errln!("No resources found.");
             } else {
                 if args.watch {
                     // The longest event type, so that later rows do not shift the columns.

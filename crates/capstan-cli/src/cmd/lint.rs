@@ -5,6 +5,7 @@
 
 use crate::output::{Exit, Style};
 use crate::output::{out, outln};
+use crate::stderr::errln;
 use capstan_lint::{LintOptions, Report};
 use std::path::PathBuf;
 
@@ -49,7 +50,7 @@ pub fn run(args: Args, style: &Style) -> anyhow::Result<Exit> {
     let objects = match capstan_manifest::load_paths(&args.paths) {
         Ok(objects) => objects,
         Err(err) => {
-            eprintln!("{} {err}", style.error("error:"));
+            errln!("{} {err}", style.error("error:"));
             return Ok(Exit::Unreadable);
         }
     };
@@ -57,7 +58,7 @@ pub fn run(args: Args, style: &Style) -> anyhow::Result<Exit> {
         Some(dir) => match capstan_schema::CrdSet::load_dir(dir) {
             Ok(set) => Some(set),
             Err(err) => {
-                eprintln!("{} {}: {err}", style.error("error:"), dir.display());
+                errln!("{} {}: {err}", style.error("error:"), dir.display());
                 return Ok(Exit::Unreadable);
             }
         },
@@ -104,7 +105,7 @@ fn explain(id: &str, style: &Style) -> Exit {
             Exit::Ok
         }
         None => {
-            eprintln!(
+            errln!(
                 "{} no rule {id:?}; `capstan lint --list-rules` lists them",
                 style.error("error:")
             );

@@ -7,6 +7,7 @@ mod bench_clusters;
 mod bench_hosts;
 mod bench_image;
 mod bench_kvm;
+mod bundle;
 mod clusterctl;
 mod controllers;
 mod convert;
@@ -67,6 +68,9 @@ pub enum Command {
     Ramdisk(ramdisk::RamdiskCommand),
     /// List (and with --remove, remove) stored rows the server cannot decode.
     Undecodable(undecodable::Args),
+    /// The offline install bundle: create one, install one on an air-gapped host, verify one.
+    #[command(subcommand)]
+    Bundle(bundle::BundleCommand),
 }
 
 /// What `capstan bench` measures.
@@ -109,5 +113,6 @@ pub fn run(command: Command, style: &Style) -> anyhow::Result<Exit> {
         Command::ClusterctlTemplate(args) => clusterctl::run(args),
         Command::Ramdisk(command) => ramdisk::run(command, style),
         Command::Undecodable(args) => undecodable::run(args, style),
+        Command::Bundle(command) => bundle::run(command, style),
     }
 }

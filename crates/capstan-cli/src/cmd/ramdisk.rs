@@ -6,6 +6,7 @@
 
 use crate::output::outln;
 use crate::output::{Exit, Style};
+use crate::stderr::errln;
 use anyhow::Context;
 use std::path::PathBuf;
 
@@ -32,6 +33,9 @@ pub struct CloudImageArgs {
     /// The Debian mirror debootstrap uses.
     #[arg(long, default_value = capstan_ramdisk::cloud_image::DEFAULT_MIRROR)]
     mirror: String,
+    /// Free space in the root filesystem beyond its files, in MiB (the image grows by as much).
+    #[arg(long, value_name = "MIB", default_value_t = capstan_ramdisk::cloud_image::DEFAULT_ROOT_FREE_BYTES / (1024 * 1024))]
+    root_free_mib: u64,
 }
 
 #[derive(Debug, clap::Args)]
@@ -84,7 +88,7 @@ pub fn run(command: RamdiskCommand, style: &Style) -> anyhow::Result<Exit> {
             };
             let started = std::time::Instant::now();
             let manifest = build
-                .run(&|step| eprintln!("{} {step}", style.ok("ramdisk:")))
+                .run(&|step| errln!("{} {step}", style.ok("ramdisk:")))
                 .map_err(|e| {
                     anyhow::anyhow!(capstan_runtime::controller::ErrorChain(&e).to_string())
                 })?;
@@ -114,7 +118,8 @@ pub fn run(command: RamdiskCommand, style: &Style) -> anyhow::Result<Exit> {
                 &default_cache(args.cache),
                 &args.out,
                 &args.mirror,
-                &|step| eprintln!("{} {step}", style.ok("cloud-image:")),
+                args.root_free_mib * 1024 * 1024,
+                &|step| errln!("{} {step}", style.ok("cloud-image:")),
             )
             .map_err(|e| {
                 anyhow::anyhow!(capstan_runtime::controller::ErrorChain(&e).to_string())

@@ -4,6 +4,7 @@
 //! rendered in memory, and only then written (atomically) to the output directory.
 
 use crate::output::{Exit, Style};
+use crate::stderr::errln;
 use capstan_render::{CapiVersion, RenderOptions};
 use std::path::PathBuf;
 
@@ -50,16 +51,16 @@ pub fn run(args: Args, style: &Style) -> anyhow::Result<Exit> {
     if args.fake_bmcs
         && let Err(err) = fake_bmcs(&spec, &mut bundle)
     {
-        eprintln!("{} {err}", style.error("error:"));
+        errln!("{} {err}", style.error("error:"));
         return Ok(Exit::Invalid);
     }
     if let Err(err) = capstan_render::write_bundle(&bundle, &args.output_dir) {
         return Ok(report(&err, style));
     }
     for notice in &bundle.notices {
-        eprintln!("{} {notice}", style.warning("note:"));
+        errln!("{} {notice}", style.warning("note:"));
     }
-    eprintln!(
+    errln!(
         "{} wrote {} files to {}",
         style.ok("rendered:"),
         bundle.files.len(),
@@ -98,7 +99,7 @@ fn fake_bmcs(
 }
 
 fn report(err: &capstan_render::RenderError, style: &Style) -> Exit {
-    eprintln!("{} {err}", style.error("error:"));
+    errln!("{} {err}", style.error("error:"));
     if err.is_unreadable() {
         Exit::Unreadable
     } else {

@@ -2,6 +2,7 @@
 //! process, with an admin kubeconfig, until SIGTERM or Ctrl-C.
 
 use crate::output::{Exit, Style};
+use crate::stderr::errln;
 use anyhow::Context;
 use capstan_apiserver::tls::Credentials;
 use capstan_apiserver::{ApiServer, Auth};
@@ -79,7 +80,7 @@ async fn serve(args: Args, style: &Style) -> anyhow::Result<Exit> {
     ) {
         Ok(issuer) => issuer,
         Err(err) => {
-            eprintln!(
+            errln!(
                 "{} --service-account-issuer/--api-audiences: {err}",
                 style.error("error:")
             );
@@ -94,7 +95,7 @@ async fn serve(args: Args, style: &Style) -> anyhow::Result<Exit> {
     let database = data_dir.join("state.db");
     if let Some(snapshot) = &args.restore_from {
         if database.exists() {
-            eprintln!(
+            errln!(
                 "{} {} already holds state; restore into an empty data directory",
                 style.error("error:"),
                 data_dir.display()
@@ -139,7 +140,7 @@ async fn serve(args: Args, style: &Style) -> anyhow::Result<Exit> {
                 .await
                 .with_context(|| format!("installing {}", crd.name))?;
         }
-        eprintln!(
+        errln!(
             "capstan serve: installed {} CustomResourceDefinitions from {}",
             set.len(),
             dir.display()
@@ -193,7 +194,7 @@ async fn serve(args: Args, style: &Style) -> anyhow::Result<Exit> {
             options.workloads = Some(simulator.clone());
             options.etcd = Some(simulator.clone());
             options.simulator = Some(simulator);
-            eprintln!(
+            errln!(
                 "capstan serve: simulating the workload clusters of fake:// hosts (and the workload API of clusters of real machines)"
             );
         }
@@ -207,7 +208,7 @@ async fn serve(args: Args, style: &Style) -> anyhow::Result<Exit> {
         )
         .await?
         {
-            eprintln!("capstan serve: provisioning server at {}", provisioning.url);
+            errln!("capstan serve: provisioning server at {}", provisioning.url);
             options.bootstrap_report_url = Some(provisioning.report_url);
             options.hosts = Some(provisioning.settings);
         }
@@ -244,7 +245,7 @@ async fn serve(args: Args, style: &Style) -> anyhow::Result<Exit> {
     });
     served.context("serving")?;
     finished?;
-    eprintln!("capstan serve: stopped");
+    errln!("capstan serve: stopped");
     Ok(Exit::Ok)
 }
 

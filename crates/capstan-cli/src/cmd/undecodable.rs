@@ -6,7 +6,8 @@
 //! tells watchers that the keys are gone.
 
 use crate::client::{ConnectArgs, api_error};
-use crate::output::{Exit, Style};
+use crate::output::{Exit, Style, outln};
+use crate::stderr::errln;
 use anyhow::Context;
 use serde_json::Value;
 
@@ -36,7 +37,7 @@ pub fn run(args: Args, style: &Style) -> anyhow::Result<Exit> {
             })
             .collect();
         if keys.is_empty() {
-            eprintln!("{}", style.ok("every stored object decodes"));
+            errln!("{}", style.ok("every stored object decodes"));
             return Ok(Exit::Ok);
         }
         for (resource, namespace, name) in &keys {
@@ -46,7 +47,7 @@ pub fn run(args: Args, style: &Style) -> anyhow::Result<Exit> {
                 format!("{resource} {namespace}/{name}")
             };
             if !remove {
-                println!("{shown}");
+                outln!("{shown}");
                 continue;
             }
             let query = [
@@ -64,7 +65,7 @@ pub fn run(args: Args, style: &Style) -> anyhow::Result<Exit> {
             let answer = client.request_text(request).await.map_err(api_error)?;
             let status: Value = serde_json::from_str(&answer).unwrap_or_default();
             if status["status"] == "Success" {
-                println!("removed {shown}");
+                outln!("removed {shown}");
             } else {
                 anyhow::bail!("removing {shown}: {}", status["message"]);
             }
@@ -72,7 +73,7 @@ pub fn run(args: Args, style: &Style) -> anyhow::Result<Exit> {
         if remove {
             Ok(Exit::Ok)
         } else {
-            eprintln!(
+            errln!(
                 "{} stored row(s) cannot be decoded; `capstan undecodable --remove` removes them",
                 keys.len()
             );

@@ -1,6 +1,7 @@
 //! What the cluster tests share: `capstan serve --simulate-workloads` as a child process (killed
-//! with SIGKILL on drop, or on purpose), the `capstan` and `kubectl` clients run against it, and
-//! polling with a deadline.
+//! with SIGKILL on drop, or on purpose), the `capstan` and `kubectl` clients run against it,
+//! rendering a spec with fake BMCs and applying the bundle, reading Machines, hosts and
+//! conditions, and polling with a deadline.
 
 #![allow(dead_code)]
 
@@ -49,10 +50,7 @@ impl Serve {
             .stderr(Stdio::from(log_file))
             .spawn()
             .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        let line = first_line(&mut child);
         assert!(line.contains("ready at"), "unexpected first line: {line:?}");
         Serve {
             child,
@@ -60,6 +58,20 @@ impl Serve {
             data_dir: data_dir.to_path_buf(),
             log: log.to_path_buf(),
         }
+    }
+
+    /// Starts `capstan serve --simulate-workloads` in `work`: its data in `work/data`, its log in
+    /// `work/serve.log`.
+    pub fn start_in(work: &Path) -> Serve {
+        Self::start(&work.join("data"), &work.join("serve.log"))
+    }
+
+    /// [`Serve::start_in`] `work`, then applies the rendered `bundle`'s hosts and cluster
+    /// ([`apply_bundle`]).
+    pub fn start_with_bundle(work: &Path, bundle: &Path) -> Serve {
+        let server = Self::start_in(work);
+        apply_bundle(&server.kubeconfig, bundle);
+        server
     }
 
     /// SIGKILL: no shutdown, no flush, as a crash or an OOM kill leaves it.
@@ -76,6 +88,17 @@ impl Drop for Serve {
     }
 }
 
+/// Reads the first line `child` prints on its piped stdout (taking the pipe): `capstan serve`'s
+/// "ready at" line once it is ready.
+pub fn first_line(child: &mut Child) -> String {
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    line
+}
+
+/// A TCP port on 127.0.0.1 that was free a moment ago.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -106,6 +129,24 @@ pub fn capstan(kubeconfig: &Path, args: &[&str]) -> (bool, String) {
             .output()
             .unwrap(),
     )
+}
+
+/// `capstan apply -f FILE` for each of `files`, against `kubeconfig`; must succeed.
+pub fn apply(kubeconfig: &Path, files: &[&Path]) {
+    let mut args = vec!["apply"];
+    for file in files {
+        args.extend(["-f", file.to_str().unwrap()]);
+    }
+    let (ok, out) = capstan(kubeconfig, &args);
+    assert!(ok, "apply: {out}");
+}
+
+/// [`apply`] a rendered bundle's `hosts` and `cluster` folders.
+pub fn apply_bundle(kubeconfig: &Path, bundle: &Path) {
+    apply(
+        kubeconfig,
+        &[&bundle.join("hosts"), &bundle.join("cluster")],
+    );
 }
 
 /// Runs kubectl against `kubeconfig`.
@@ -226,6 +267,27 @@ pub fn machines_running(kubeconfig: &Path, count: usize) -> Result<Vec<Value>, S
                 .collect::<Vec<_>>()
         ))
     }
+}
+
+/// Waits up to `limit` for `count` Machines Running with a Node ([`machines_running`]), and
+/// returns them.
+pub fn wait_machines_running(
+    kubeconfig: &Path,
+    log: &Path,
+    count: usize,
+    limit: Duration,
+) -> Vec<Value> {
+    until(&format!("{count} machines Running"), limit, log, || {
+        machines_running(kubeconfig, count)
+    })
+}
+
+/// The condition of `type_` in `object`'s status, if it has one.
+pub fn condition<'a>(object: &'a Value, type_: &str) -> Option<&'a Value> {
+    object["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
 }
 
 /// Every host in `state`.
