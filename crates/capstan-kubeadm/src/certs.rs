@@ -379,7 +379,8 @@ fn secret_value<'a>(
         })
 }
 
-fn key_material(secret: &Secret, namespace: &str) -> Result<KeyMaterial, CertError> {
+/// The key pair a certificate Secret (`tls.crt`, `tls.key`) holds, its key checked to parse.
+pub fn key_material(secret: &Secret, namespace: &str) -> Result<KeyMaterial, CertError> {
     let text = |key| {
         secret_value(secret, key, namespace)
             .map(|bytes| String::from_utf8_lossy(bytes).into_owned())
