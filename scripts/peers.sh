@@ -112,7 +112,9 @@ if wanted pause; then
   build pause 0 "-s -w -X main.version=$pause_version" .
 fi
 
-# What was built, with versions and checksums, for the notes and for `capstan image build`.
+# What was built, with versions and checksums, for the notes and for `capstan image build`: written
+# once per build (checksumming 650 MB on every cached run would cost seconds).
+if [ -n "$only" ] || [ ! -f "$cache/versions.json" ] || [ -n "$(find "$bin" -newer "$cache/versions.json" -print -quit)" ]; then
 (
   cd "$bin"
   printf '{\n  "kubernetes": "%s",\n  "etcd": "%s",\n  "coredns": "%s",\n  "pause": "%s",\n  "binaries": {\n' \
@@ -125,5 +127,7 @@ fi
     printf '    "%s": {"sha256": "%s", "bytes": %s}' "$f" "$(sha256sum "$f" | cut -d' ' -f1)" "$(stat -c %s "$f")"
   done
   printf '\n  }\n}\n'
-) >"$cache/versions.json"
+) >"$cache/versions.json.new"
+mv "$cache/versions.json.new" "$cache/versions.json"
+fi
 echo "$bin"

@@ -14,6 +14,12 @@ export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 # (in CI without libvirt's development files, which the main job must install itself).
 scripts/main-job-check.sh
 scripts/install-deps.sh
+# The real Kubernetes peers (kube-apiserver, kubelet, kubeadm, etcd, …), built from the Go modules
+# pinned in tools/peers/ while the network is there, or found in their cache: in the background,
+# where the Go compiler fills the cores cargo leaves idle (linking, single-crate stretches).
+peers_log=$(mktemp)
+scripts/peers.sh >"$peers_log" 2>&1 &
+peers_pid=$!
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 # Build everything while the network is still there (crates.io), then test without it.
@@ -31,6 +37,20 @@ target/debug/capstan ramdisk cloud-image --out "$warm/cloud" >/dev/null
 scripts/package.sh --bin-dir target/debug --out "$warm/dist" --compression gzip >/dev/null
 target/debug/capstan bundle create --deb "$(ls "$warm"/dist/capstan_*_amd64.deb)" --out "$warm/bundle.tar" >/dev/null
 rm -rf "$warm"
+# The real Kubernetes peers, built beside the Rust build (started above).
+if ! wait "$peers_pid"; then
+    echo "scripts/peers.sh failed:" >&2
+    cat "$peers_log" >&2
+    exit 1
+fi
+CAPSTAN_PEERS_BIN=$(tail -n 1 "$peers_log")
+export CAPSTAN_PEERS_BIN
+rm -f "$peers_log"
+# The Kubernetes node image's root filesystem (debootstrap) and its OCI image archives, cached for
+# the node image tests while the network is there.
+node_warm=$(mktemp -d)
+target/debug/capstan image archives --kubernetes-bin "${CAPSTAN_PEERS_BIN:-$(scripts/peers.sh)}" --out "$node_warm" >/dev/null
+rm -rf "$node_warm"
 
 isolated=()
 if [ "$(id -u)" -eq 0 ] && unshare --net true 2>/dev/null; then

@@ -43,7 +43,8 @@ pub struct ControllerOptions {
     /// How controllers reach workload clusters; `None` is a kubeconfig-based access
     /// (`<cluster>-kubeconfig` Secrets) on the management client.
     pub workloads: Option<capstan_workload::SharedWorkloadAccess>,
-    /// The etcd membership of workload clusters (KubeadmControlPlane).
+    /// The etcd membership of workload clusters (KubeadmControlPlane); `None` is the real one
+    /// (`capstan_etcd::KubeadmEtcd`) over the workload access.
     pub etcd: Option<capstan_workload::SharedEtcdMembership>,
     /// Base URL (reachable by nodes) of the server that mounts `capstan_kubeadm::report::router`;
     /// `None` renders bootstrap data without step reporting.
@@ -143,12 +144,24 @@ pub async fn run_controllers(
     options: ControllerOptions,
 ) -> Result<(), RuntimeError> {
     let mut options = options;
-    if options.workloads.is_none() {
-        // One access (one cached client per workload cluster) shared by every controller and
-        // kept across leadership terms.
-        options.workloads = Some(std::sync::Arc::new(
-            capstan_workload::KubeconfigAccess::new(client.clone()),
-        ));
+    let workloads = match &options.workloads {
+        Some(workloads) => workloads.clone(),
+        None => {
+            // One access (one cached client per workload cluster) shared by every controller and
+            // kept across leadership terms.
+            let workloads: capstan_workload::SharedWorkloadAccess =
+                std::sync::Arc::new(capstan_workload::KubeconfigAccess::new(client.clone()));
+            options.workloads = Some(workloads.clone());
+            workloads
+        }
+    };
+    if options.etcd.is_none() {
+        // The real clusters' etcd: members read and changed over etcd's own API with a client
+        // certificate of `<cluster>-etcd`, so no control-plane Machine goes before its member.
+        options.etcd = Some(std::sync::Arc::new(capstan_etcd::KubeadmEtcd::new(
+            client.clone(),
+            workloads,
+        )));
     }
     let make = {
         let options = options.clone();
@@ -158,7 +171,8 @@ pub async fn run_controllers(
 }
 
 /// The CustomResourceDefinitions the controllers need: capstan's built-in kinds outside the core
-/// and platform groups (what `capstan crds` prints for installing into a real cluster).
+/// and platform groups (what `capstan crds` prints for installing into a real cluster), in the form
+/// kube-apiserver accepts.
 pub fn crds() -> Vec<Value> {
     const PLATFORM_GROUPS: &[&str] = &[
         "",
@@ -174,12 +188,48 @@ pub fn crds() -> Vec<Value> {
                 .as_str()
                 .is_some_and(|g| !PLATFORM_GROUPS.contains(&g))
         })
+        .map(|mut crd| {
+            for_real_api_server(&mut crd);
+            crd
+        })
         .collect()
+}
+
+/// What kube-apiserver requires of a CRD beyond what capstan's own API server uses internally: the
+/// root `metadata` of a version's schema may say nothing but `type: object` (kube-apiserver
+/// validates ObjectMeta itself and refuses "must not specify anything other than name and
+/// generateName"), while capstan's built-in schemas carry the full ObjectMeta for `kubectl
+/// explain`.
+fn for_real_api_server(crd: &mut Value) {
+    let Some(versions) = crd["spec"]["versions"].as_array_mut() else {
+        return;
+    };
+    for version in versions {
+        if let Some(properties) = version["schema"]["openAPIV3Schema"]["properties"].as_object_mut()
+            && properties.contains_key("metadata")
+        {
+            properties.insert("metadata".to_owned(), serde_json::json!({"type": "object"}));
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn crds_leave_object_meta_to_the_api_server() {
+        for crd in crds() {
+            for version in crd["spec"]["versions"].as_array().into_iter().flatten() {
+                let metadata = &version["schema"]["openAPIV3Schema"]["properties"]["metadata"];
+                assert!(
+                    metadata.is_null() || *metadata == serde_json::json!({"type": "object"}),
+                    "{}: {metadata}",
+                    crd["metadata"]["name"]
+                );
+            }
+        }
+    }
 
     #[test]
     fn crds_cover_the_controllers_kinds_and_nothing_core() {

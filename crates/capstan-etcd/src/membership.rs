@@ -81,8 +81,29 @@ pub enum MembershipError {
     NoSuchMember { name: String },
     #[error("no member answered as the etcd leader")]
     NoLeader,
+    #[error(
+        "etcd refuses membership changes until the member asked has been connected to every other member for 5 seconds (its strict reconfiguration check, after a start or a leader change); the removal is retried"
+    )]
+    NotYetReconfigurable(#[source] GatewayError),
     #[error("etcd refused")]
     Gateway(#[source] GatewayError),
+}
+
+/// The gRPC code etcd answers a membership change with while its strict reconfiguration check
+/// fails (`etcdserver: unhealthy cluster`, `etcdserver: re-configuration failed due to not enough
+/// started members`).
+const RPC_UNAVAILABLE: i64 = 14;
+
+impl MembershipError {
+    /// A refused removal, told apart by why etcd refused it.
+    fn removal(err: GatewayError) -> Self {
+        match &err {
+            GatewayError::Rpc { code, .. } if *code == RPC_UNAVAILABLE => {
+                Self::NotYetReconfigurable(err)
+            }
+            _ => Self::Gateway(err),
+        }
+    }
 }
 
 struct CachedIdentity {
@@ -355,7 +376,7 @@ impl EtcdMembership for KubeadmEtcd {
                 Ok(()) => Ok(()),
                 Err(err) if err.is_not_found() => Ok(()),
                 Err(err) => {
-                    Err(Failure::Etcd(MembershipError::Gateway(err)).into_workload(cluster))
+                    Err(Failure::Etcd(MembershipError::removal(err)).into_workload(cluster))
                 }
             }
         })

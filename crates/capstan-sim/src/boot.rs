@@ -443,8 +443,12 @@ pub(crate) async fn boot<K: kube::Resource<DynamicType = ()>>(
                 )
                 .await?;
             if control_plane {
+                let advertise = addresses
+                    .iter()
+                    .find(|(kind, _)| kind == "InternalIP")
+                    .map(|(_, address)| address.as_str());
                 cluster
-                    .start_static_pods(&node_name, version.as_deref())
+                    .start_static_pods(&node_name, version.as_deref(), advertise)
                     .await?;
                 cluster.add_member(&node_name);
                 cluster.record_members().await?;

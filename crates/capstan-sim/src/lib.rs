@@ -377,6 +377,19 @@ impl EtcdMembership for Simulator {
     ) -> BoxFuture<'a, Result<(), WorkloadError>> {
         Box::pin(async move {
             let simulated = self.simulated(cluster).await?;
+            let present = simulated.etcd().iter().any(|m| m.name == name);
+            if present
+                && simulated
+                    .leader_changed
+                    .swap(false, std::sync::atomic::Ordering::SeqCst)
+            {
+                // As real etcd answers a membership change right after a leader change (code 14,
+                // "etcdserver: unhealthy cluster"); the control plane's next pass succeeds.
+                return Err(WorkloadError::Other {
+                    cluster: cluster.clone(),
+                    reason: "etcd refuses membership changes until the member asked has been connected to every other member for 5 seconds (its strict reconfiguration check, after a start or a leader change); the removal is retried (simulated: the first removal after a leader change is refused once)".into(),
+                });
+            }
             {
                 let mut members = simulated.etcd();
                 let was_leader = members.iter().any(|m| m.name == name && m.leader);
@@ -404,8 +417,14 @@ impl EtcdMembership for Simulator {
                         reason: format!("no etcd member called {to}"),
                     });
                 }
+                let moved = members.iter().any(|m| m.leader && m.name != to);
                 for member in members.iter_mut() {
                     member.leader = member.name == to;
+                }
+                if moved {
+                    simulated
+                        .leader_changed
+                        .store(true, std::sync::atomic::Ordering::SeqCst);
                 }
             }
             Self::record(&simulated).await

@@ -21,6 +21,12 @@ pub const CONTROL_PLANE_COMPONENTS: [&str; 4] = [
     "etcd",
 ];
 
+/// The annotation kubeadm puts on the etcd static Pod: the member's client URL.
+pub const ANNOTATION_ETCD_CLIENT_URLS: &str = "kubeadm.kubernetes.io/etcd.advertise-client-urls";
+/// The annotation kubeadm puts on the kube-apiserver static Pod: its advertise address and port.
+pub const ANNOTATION_APISERVER_ENDPOINT: &str =
+    "kubeadm.kubernetes.io/kube-apiserver.advertise-address.endpoint";
+
 /// ConfigMap in the workload's `kube-system`: every node that ran `kubeadm init`, one name a line
 /// (key [`INIT_NODES_KEY`]), so that a second init is visible to tests and users.
 pub const INIT_RECORD: &str = "capstan-sim-kubeadm-init";
@@ -37,6 +43,10 @@ pub struct SimCluster {
     pub client: Client,
     /// Stacked etcd: one member per control-plane node.
     pub etcd: Mutex<Vec<EtcdMember>>,
+    /// Leadership changed since the last membership change: real etcd then refuses the next
+    /// removal for a few seconds (its strict reconfiguration check), so the simulation refuses the
+    /// next one once.
+    pub leader_changed: std::sync::atomic::AtomicBool,
     /// The loopback HTTPS URL kubectl can use, when the listener runs.
     pub url: Mutex<Option<String>>,
     /// Stops the listener.
@@ -109,6 +119,7 @@ impl SimCluster {
             server,
             client,
             etcd: Mutex::new(Vec::new()),
+            leader_changed: std::sync::atomic::AtomicBool::new(false),
             url: Mutex::new(None),
             shutdown: capstan_runtime::CancellationToken::new(),
             records: tokio::sync::Mutex::new(()),
@@ -148,7 +159,7 @@ impl SimCluster {
         for (index, node) in nodes.iter().enumerate() {
             members.push(EtcdMember {
                 name: node.name_any(),
-                id: FIRST_MEMBER_ID + 1 + index as u64,
+                id: legacy_member_id(&self.key, &node.name_any()),
                 healthy: true,
                 leader: index == 0,
             });
@@ -238,12 +249,12 @@ impl SimCluster {
             return;
         }
         let leader = members.is_empty();
-        let id = members
-            .iter()
-            .map(|m| m.id)
-            .max()
-            .unwrap_or(FIRST_MEMBER_ID)
-            + 1;
+        // Real etcd gives each member a random-looking 64-bit id, and a new one to a member that
+        // joins again under the same name after its removal: never a position or a count.
+        let mut id = rand::random::<u64>();
+        while id == 0 || members.iter().any(|m| m.id == id) {
+            id = rand::random::<u64>();
+        }
         members.push(EtcdMember {
             name: name.to_owned(),
             id,
@@ -417,11 +428,14 @@ impl SimCluster {
         }))
     }
 
-    /// The control-plane static pods of node `name`, Running and Ready.
+    /// The control-plane static pods of node `name`, Running and Ready, annotated as kubeadm
+    /// annotates them with the node's `advertise` address: etcd's client URL (which the real etcd
+    /// membership reads to find the members) and the API server's endpoint.
     pub async fn start_static_pods(
         &self,
         name: &str,
         version: Option<&str>,
+        advertise: Option<&str>,
     ) -> Result<(), SimError> {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), "kube-system");
         for component in CONTROL_PLANE_COMPONENTS {
@@ -430,10 +444,28 @@ impl SimCluster {
                 "registry.k8s.io/{component}:{}",
                 version.unwrap_or("v0.0.0")
             );
+            let mut annotations = json!({"kubernetes.io/config.source": "file"});
+            if let Some(address) = advertise {
+                let host = if address.contains(':') {
+                    format!("[{address}]")
+                } else {
+                    address.to_owned()
+                };
+                match component {
+                    "etcd" => {
+                        annotations[ANNOTATION_ETCD_CLIENT_URLS] =
+                            json!(format!("https://{host}:2379"));
+                    }
+                    "kube-apiserver" => {
+                        annotations[ANNOTATION_APISERVER_ENDPOINT] = json!(format!("{host}:6443"));
+                    }
+                    _ => {}
+                }
+            }
             let pod: Pod = serde_json::from_value(json!({
                 "metadata": {"name": pod_name, "namespace": "kube-system",
                     "labels": {"component": component, "tier": "control-plane"},
-                    "annotations": {"kubernetes.io/config.source": "file"}},
+                    "annotations": annotations},
                 "spec": {"nodeName": name, "containers": [{"name": component, "image": image}]},
             }))
             .unwrap_or_default();
@@ -481,8 +513,16 @@ impl SimCluster {
     }
 }
 
-/// The id the first etcd member's id follows.
-const FIRST_MEMBER_ID: u64 = 0x8e9e_05c5_2164_694d;
+/// The id of a member rebuilt from the Nodes of a store that kept no etcd record: stable for the
+/// same cluster and Node (FNV-1a of both), spread over 64 bits as real etcd ids are.
+fn legacy_member_id(cluster: &ClusterKey, node: &str) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in format!("{cluster}/{node}").bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    hash.max(1)
+}
 
 /// An etcd member as [`ETCD_RECORD`] keeps it.
 #[derive(serde::Serialize, serde::Deserialize)]

@@ -1,13 +1,17 @@
-//! What capstan's real-VM tests share, and only tests use (it is a dev-dependency): starting a
+//! What capstan's real-peer tests share, and only tests use (it is a dev-dependency): starting a
 //! libvirtd and virtlogd of the test's own in its network namespace with the `default` storage
-//! pool, running `virsh` against `qemu:///system`, and polling a condition with a deadline.
+//! pool, running `virsh` against `qemu:///system`, finding the Kubernetes binaries
+//! `scripts/peers.sh` builds ([`peers`]), a real kube-apiserver on its own etcd ([`kube`]), and
+//! polling a condition with a deadline.
 //!
 //! A test-support crate: a missing peer or a failed step panics with what to do, which is how a
 //! test fails.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod kube;
 pub mod libvirt;
+pub mod peers;
 
 use std::time::{Duration, Instant};
 

@@ -26,6 +26,15 @@ pub struct Args {
     /// objects.
     #[arg(long)]
     allow_upstream_controllers: bool,
+    /// Also play the workload clusters of `fake://` hosts (their API servers, Nodes, static Pods and
+    /// etcd), as `capstan serve --simulate-workloads` does: the management cluster is real, the
+    /// machines and the workload clusters are simulated. For demos and tests.
+    #[arg(long)]
+    simulate_workloads: bool,
+    /// Where the simulated workload clusters keep their stores (default: a temporary directory,
+    /// so they do not outlive the process).
+    #[arg(long, value_name = "DIR", requires = "simulate_workloads")]
+    workloads_dir: Option<PathBuf>,
     #[command(flatten)]
     provisioning: crate::provisioning::ProvisioningArgs,
 }
@@ -97,8 +106,24 @@ pub fn run(args: Args, _style: &Style) -> anyhow::Result<Exit> {
             args.kubeconfig.display(),
             args.health_listen
         );
-        // run_controllers gives every controller one kubeconfig-based workload access.
+        // Without the simulation, run_controllers gives every controller one kubeconfig-based
+        // workload access and the real etcd membership.
         let mut controller_options = capstan_controllers::ControllerOptions::standalone(options);
+        if args.simulate_workloads {
+            let simulator = capstan_sim::Simulator::new(
+                client.clone(),
+                capstan_sim::SimSettings {
+                    state_dir: args.workloads_dir.clone(),
+                    listen: true,
+                },
+            );
+            controller_options.workloads = Some(simulator.clone());
+            controller_options.etcd = Some(simulator.clone());
+            controller_options.simulator = Some(simulator);
+            errln!(
+                "capstan controllers: simulating the workload clusters of fake:// hosts (and the workload API of clusters of real machines)"
+            );
+        }
         if let Some(provisioning) =
             crate::provisioning::start(&args.provisioning, None, shutdown.clone(), client.clone())
                 .await?

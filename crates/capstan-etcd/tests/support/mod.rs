@@ -23,29 +23,6 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The etcd binary `scripts/peers.sh` built.
-pub fn etcd_binary() -> PathBuf {
-    let dir = match std::env::var_os("CAPSTAN_PEERS_BIN") {
-        Some(dir) => PathBuf::from(dir),
-        None => {
-            let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-            let out = Command::new(root.join("scripts/peers.sh"))
-                .arg("--dir")
-                .output()
-                .expect("running scripts/peers.sh --dir");
-            assert!(out.status.success(), "scripts/peers.sh --dir failed");
-            PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-        }
-    };
-    let etcd = dir.join("etcd");
-    assert!(
-        etcd.is_file(),
-        "{} does not exist: run scripts/peers.sh (it builds etcd from tools/peers/etcd) or set CAPSTAN_PEERS_BIN",
-        etcd.display()
-    );
-    etcd
-}
-
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -112,7 +89,7 @@ pub struct EtcdCluster {
 impl EtcdCluster {
     /// `n` members called m0, m1, … with their static Pods in the workload API.
     pub async fn start(n: usize) -> Self {
-        let etcd = etcd_binary();
+        let etcd = capstan_testkit::peers::binary("etcd");
         let dir = tempfile::tempdir().unwrap();
         let ca = certs::generate(Purpose::EtcdCa).unwrap();
         std::fs::write(dir.path().join("ca.crt"), &ca.cert).unwrap();

@@ -10,6 +10,8 @@
 //! [`EtcdMembership`].
 
 use super::Refusal;
+use capstan_model::meta::Condition;
+use capstan_runtime::conditions::{self, FALSE, TRUE, UNKNOWN};
 use capstan_workload::{ClusterKey, EtcdMember, EtcdMembership};
 
 /// What removing a Node's etcd member takes, from the members.
@@ -66,8 +68,9 @@ pub(super) fn plan_removal(
 }
 
 /// Takes the etcd member of Machine `machine`'s Node `node` out of `key`'s etcd, as
-/// [`plan_removal`] says. `Err` says why the Machine must stay.
-pub(super) async fn release(
+/// [`plan_removal`] says. `Err` says why the Machine must stay. Public so that the real etcd
+/// membership's tests run this very sequence against real etcd.
+pub async fn release(
     etcd: &dyn EtcdMembership,
     key: &ClusterKey,
     machine: &str,
@@ -106,6 +109,73 @@ pub(super) async fn release(
     })?;
     tracing::info!(cluster = %key, member = %node, "removed etcd member");
     Ok(())
+}
+
+/// `EtcdClusterHealthy` from what etcd says of its members, read on every pass of an initialised
+/// control plane (as upstream's reconcileEtcdMembers does): True when every member is healthy and
+/// members and control-plane Nodes match one to one; False naming each unhealthy member, each member
+/// no Machine runs and each Node without a member; Unknown when etcd cannot be read.
+pub(super) async fn health(
+    etcd: &dyn EtcdMembership,
+    key: &ClusterKey,
+    nodes: &[String],
+    generation: Option<i64>,
+) -> Condition {
+    let members = etcd.members(key).await.map_err(|err| err.to_string());
+    health_condition(
+        members.as_deref().map_err(String::as_str),
+        nodes,
+        generation,
+    )
+}
+
+/// The condition [`health`] writes, from the members (or why they could not be read) and the
+/// Nodes of the control plane's Machines.
+fn health_condition(
+    members: Result<&[EtcdMember], &str>,
+    nodes: &[String],
+    generation: Option<i64>,
+) -> Condition {
+    const TYPE: &str = "EtcdClusterHealthy";
+    let members = match members {
+        Ok(members) => members,
+        Err(err) => {
+            return conditions::condition(
+                TYPE,
+                UNKNOWN,
+                "InspectionFailed",
+                format!("cannot read the etcd members: {err}"),
+                generation,
+            );
+        }
+    };
+    let mut problems = Vec::new();
+    for member in members {
+        if member.name.is_empty() {
+            problems.push(format!("etcd member {:x} has not started", member.id));
+        } else if !member.healthy {
+            problems.push(format!(
+                "etcd member {} is unhealthy (it does not answer, reports errors or raised an alarm)",
+                member.name
+            ));
+        }
+        if !member.name.is_empty() && !nodes.contains(&member.name) {
+            problems.push(format!(
+                "etcd member {} has no control-plane Machine",
+                member.name
+            ));
+        }
+    }
+    for node in nodes {
+        if !members.iter().any(|m| m.name == *node) {
+            problems.push(format!("Node {node} runs no etcd member"));
+        }
+    }
+    if problems.is_empty() {
+        conditions::condition(TYPE, TRUE, "Healthy", "", generation)
+    } else {
+        conditions::condition(TYPE, FALSE, "NotHealthy", problems.join("; "), generation)
+    }
 }
 
 #[cfg(test)]
@@ -263,5 +333,64 @@ mod tests {
             refusal.message,
             "removing Machine cp-a (etcd member n1) would leave 1 healthy of 2 etcd members, fewer than the quorum of 2; repair the unhealthy members first"
         );
+    }
+
+    #[test]
+    fn etcd_health_names_every_mismatch() {
+        let nodes = |names: &[&str]| names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>();
+        /// What, the members (or why they could not be read), the Nodes, status, message.
+        type Case = (
+            &'static str,
+            Result<Vec<EtcdMember>, &'static str>,
+            Vec<String>,
+            &'static str,
+            &'static str,
+        );
+        let cases: [Case; 5] = [
+            (
+                "all healthy",
+                Ok(members("Hhh")),
+                nodes(&["n0", "n1", "n2"]),
+                TRUE,
+                "",
+            ),
+            (
+                "one unhealthy",
+                Ok(members("Hhu")),
+                nodes(&["n0", "n1", "n2"]),
+                FALSE,
+                "etcd member n2 is unhealthy (it does not answer, reports errors or raised an alarm)",
+            ),
+            (
+                "a member without a Machine, a Node without a member",
+                Ok(members("Hh")),
+                nodes(&["n0", "x"]),
+                FALSE,
+                "etcd member n1 has no control-plane Machine; Node x runs no etcd member",
+            ),
+            (
+                "no Nodes yet",
+                Ok(members("H")),
+                nodes(&[]),
+                FALSE,
+                "etcd member n0 has no control-plane Machine",
+            ),
+            (
+                "unreachable",
+                Err("no answer"),
+                nodes(&["n0"]),
+                UNKNOWN,
+                "cannot read the etcd members: no answer",
+            ),
+        ];
+        for (what, found, nodes, status, message) in cases {
+            let condition = health_condition(found.as_deref().map_err(|e| *e), &nodes, Some(1));
+            assert_eq!(condition.status, status, "{what}");
+            assert_eq!(
+                condition.message.as_deref().unwrap_or_default(),
+                message,
+                "{what}"
+            );
+        }
     }
 }

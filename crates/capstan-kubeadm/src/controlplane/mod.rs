@@ -38,7 +38,7 @@
 mod certificates;
 mod cluster;
 mod delete;
-mod etcd;
+pub mod etcd;
 mod kubeconfig;
 mod machines;
 mod remediation;
@@ -216,9 +216,11 @@ enum PhaseOutcome<T> {
 
 /// Why a control plane does not go on: a condition reason and a message naming what to do.
 #[derive(Clone, Debug, PartialEq, Eq)]
-struct Refusal {
-    reason: &'static str,
-    message: String,
+pub struct Refusal {
+    /// The condition reason (`EtcdQuorumAtRisk`, …).
+    pub reason: &'static str,
+    /// What is wrong and what to do.
+    pub message: String,
 }
 
 /// The one thing a pass does: a change, a wait or a refusal.
@@ -458,6 +460,20 @@ impl ControlPlaneController {
         };
         let accepted = taken.spec_accepted(accepted, pass.generation);
         validation::warn(&pass, &accepted).await;
+        // A refused removal says why in EtcdClusterHealthy; otherwise etcd's own view does, once
+        // there is an etcd to ask.
+        let etcd_healthy = match (taken.etcd_healthy, self.settings.etcd.as_deref()) {
+            (Some(refused), _) => Some(refused),
+            (None, Some(etcd)) if initialized => {
+                let nodes: Vec<String> = members
+                    .iter()
+                    .filter(|m| !m.deleting)
+                    .filter_map(machines::Member::node)
+                    .collect();
+                Some(etcd::health(etcd, &key, &nodes, pass.generation).await)
+            }
+            (None, _) => None,
+        };
         status::write(
             &pass,
             status::Report {
@@ -466,7 +482,7 @@ impl ControlPlaneController {
                 initialized,
                 accepted,
                 scaling: taken.scaling,
-                etcd_healthy: taken.etcd_healthy,
+                etcd_healthy,
                 cluster_name: &cluster_name,
             },
         )
