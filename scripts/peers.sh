@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Builds the real Kubernetes peers capstan's tests run against — kube-apiserver,
 # kube-controller-manager, kube-scheduler, kubelet, kubeadm, kubectl, kube-proxy, etcd, etcdctl,
-# coredns, pause and crane — from the Go modules pinned in tools/peers/, and caches them.
+# coredns, pause, crane and clusterctl — from the Go modules pinned in tools/peers/, and caches them.
 #
 #   scripts/peers.sh            build what is missing; print the directory that holds the binaries
 #   scripts/peers.sh --dir      print that directory without building (it may not exist yet)
-#   scripts/peers.sh --only etcd|kubernetes|coredns|crane|pause   build one module only
+#   scripts/peers.sh --only etcd|kubernetes|coredns|crane|clusterctl|pause   build one module only
 #
-# The cache directory is named by a hash of tools/peers/ (every go.mod, go.sum and source file), the
-# Go version and this script, so a change to any pin builds afresh and an unchanged one costs
-# seconds. Go's own build cache ($(go env GOCACHE)) makes a rebuild after a small change fast too.
+# The binaries land in one directory (`--dir`); each module's build is stamped with a hash of its
+# go.mod, go.sum and sources, its flags and the Go version, so a changed pin rebuilds only its own
+# module and an unchanged tree costs well under a second. Go's own build cache ($(go env GOCACHE))
+# makes a rebuild after a small change fast too.
 #
 # Flags are upstream's (hack/lib/golang.sh, hack/lib/version.sh): -trimpath, tags selinux,notest,
 # CGO_ENABLED=0 except the kubelet, versions stamped with -ldflags -X (an unstamped kubeadm refuses to
@@ -38,15 +39,16 @@ if ! command -v go >/dev/null; then
   exit 2
 fi
 
-key=$( (go version; cat "$0"; cd "$root" && find . -type f \( -name go.mod -o -name go.sum -o -name '*.go' \) \
-  -print0 | sort -z | xargs -0 sha256sum) | sha256sum | cut -c1-16)
-cache=${CAPSTAN_PEERS_CACHE:-$HOME/.cache/capstan/peers}/$key
+cache=${CAPSTAN_PEERS_CACHE:-$HOME/.cache/capstan/peers}
 bin=$cache/bin
 if [ -n "$print_dir_only" ]; then
   echo "$bin"
   exit 0
 fi
-mkdir -p "$bin"
+mkdir -p "$bin" "$cache/stamps"
+# One build at a time per cache (two test runs starting together wait for each other).
+exec 9>"$cache/.lock"
+flock 9
 
 say() { printf '==> %s\n' "$*" >&2; }
 
@@ -57,13 +59,16 @@ etcd_version=$(pinned etcd go.etcd.io/etcd/server/v3 '{{.Version}}')
 coredns_version=$(pinned coredns github.com/coredns/coredns '{{.Version}}')
 pause_version=3.10.1
 
-# Builds PACKAGES of MODULE into $bin unless STAMP says this exact cache key built them already.
+# Builds PACKAGES of MODULE into $bin unless its stamp says they were built from exactly these
+# pins, flags and Go: each module is keyed on its own, so a change to one pin rebuilds only it.
 # build MODULE CGO LDFLAGS PACKAGE...
 build() {
   local module=$1 cgo=$2 ldflags=$3
   shift 3
-  local stamp=$cache/.built-$module-cgo$cgo
-  if [ -f "$stamp" ]; then
+  local stamp=$cache/stamps/$module-cgo$cgo key
+  key=$( (go version; echo "$cgo $ldflags $*"; cd "$root/$module" && find . -type f \( -name go.mod -o -name go.sum -o -name '*.go' \) \
+    -print0 | sort -z | xargs -0 sha256sum) | sha256sum | cut -d' ' -f1)
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$key" ]; then
     return 0
   fi
   say "building $* ($module, CGO_ENABLED=$cgo)"
@@ -71,7 +76,7 @@ build() {
   (cd "$root/$module" && CGO_ENABLED=$cgo go build -trimpath -tags selinux,notest \
     -ldflags "$ldflags" -o "$bin/" "$@")
   say "built in $((SECONDS - started)) s"
-  touch "$stamp"
+  echo "$key" >"$stamp"
 }
 
 wanted() { [ -z "$only" ] || [ "$only" = "$1" ]; }
@@ -107,6 +112,14 @@ if wanted coredns; then
 fi
 if wanted crane; then
   build crane 0 "-s -w" github.com/google/go-containerregistry/cmd/crane
+fi
+if wanted clusterctl; then
+  capi_version=$(pinned clusterctl sigs.k8s.io/cluster-api '{{.Version}}')
+  capi_minor=${capi_version#v1.}
+  capi_minor=${capi_minor%%.*}
+  capi=sigs.k8s.io/cluster-api/version
+  build clusterctl 0 "-s -w -X $capi.gitVersion=$capi_version -X $capi.gitMajor=1 -X $capi.gitMinor=$capi_minor -X $capi.gitTreeState=clean" \
+    sigs.k8s.io/cluster-api/cmd/clusterctl
 fi
 if wanted pause; then
   build pause 0 "-s -w -X main.version=$pause_version" .

@@ -1,8 +1,8 @@
 //! `capstan controllers` refuses to start where upstream Cluster API or Metal3 controllers already
 //! run, unless told to (`--allow-upstream-controllers`).
 //!
-//! Real: `capstan controllers` as a process, kubectl, and a management cluster's API (a
-//! `capstan serve --no-controllers`, which serves Deployments and Leases as Kubernetes does).
+//! Real: `capstan controllers` as a process, kubectl, and a management cluster's API: a
+//! `capstan serve --no-controllers`, and kube-apiserver v1.35.4 itself.
 //! Simulated: the upstream controllers themselves — only the traces they leave in a management
 //! cluster are created (the Deployment `clusterctl init` installs, a leader-election Lease renewed
 //! just now); nothing runs them.
@@ -76,7 +76,24 @@ fn controllers_refuse_to_run_beside_upstream_ones_unless_allowed() {
     let work = tempfile::tempdir().unwrap();
     let log = work.path().join("serve.log");
     let server = Serve::start_with(&work.path().join("data"), &log, &["--no-controllers"]);
-    let kc = server.kubeconfig.clone();
+    refusals(&server.kubeconfig, work.path());
+    drop(server);
+}
+
+/// The same against a real management cluster: kube-apiserver v1.35.4 on etcd (built by
+/// `scripts/peers.sh`), holding upstream's Deployment and Lease as clusterctl's providers leave
+/// them (nothing runs them: no controller manager).
+#[test]
+fn controllers_refuse_to_run_beside_upstream_ones_on_a_real_kube_apiserver() {
+    let work = tempfile::tempdir().unwrap();
+    let api = capstan_testkit::kube::KubeApiserver::start();
+    refusals(&api.kubeconfig, work.path());
+}
+
+/// Starts, is refused beside clusterctl's core Deployment, starts when allowed, and is refused
+/// beside a freshly renewed CAPM3 Lease once the Deployment is scaled to 0.
+fn refusals(kc: &Path, work: &Path) {
+    let kc = kc.to_path_buf();
 
     // Nothing upstream: it starts.
     let mut child = controllers(&kc, &[]);
@@ -87,7 +104,7 @@ fn controllers_refuse_to_run_beside_upstream_ones_unless_allowed() {
 
     // clusterctl's core controller Deployment: refused, naming it and the way out.
     kubectl_ok(&kc, &["create", "namespace", "capi-system"]);
-    let manifest = work.path().join("capi.yaml");
+    let manifest = work.join("capi.yaml");
     std::fs::write(&manifest, CAPI_DEPLOYMENT).unwrap();
     kubectl_ok(&kc, &["apply", "-f", manifest.to_str().unwrap()]);
     let mut child = controllers(&kc, &[]);
@@ -136,7 +153,7 @@ spec:
   renewTime: "{now}"
 "#
     );
-    let lease_file = work.path().join("lease.yaml");
+    let lease_file = work.join("lease.yaml");
     std::fs::write(&lease_file, lease).unwrap();
     kubectl_ok(&kc, &["apply", "-f", lease_file.to_str().unwrap()]);
     let mut child = controllers(&kc, &[]);
@@ -146,5 +163,4 @@ spec:
             && !refused.contains("Deployment capi-system"),
         "{refused}"
     );
-    drop(server);
 }
