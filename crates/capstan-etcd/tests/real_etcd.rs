@@ -35,17 +35,22 @@ fn leader(members: &[EtcdMember]) -> Option<&str> {
     leaders.first().copied()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_real_cluster_lists_its_members_healthy_with_one_leader() {
-    let mut cluster = EtcdCluster::start(3).await;
-    let etcd = cluster.membership().await;
-    let members = cluster
+/// The members once they have elected a leader (a fresh cluster takes a moment).
+async fn with_leader(cluster: &EtcdCluster, etcd: &capstan_etcd::KubeadmEtcd) -> Vec<EtcdMember> {
+    cluster
         .until(Duration::from_secs(30), "a leader", || async {
             let members = etcd.members(&cluster.key).await.ok()?;
             leader(&members)?;
             Some(members)
         })
-        .await;
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_cluster_lists_its_members_healthy_with_one_leader() {
+    let mut cluster = EtcdCluster::start(3).await;
+    let etcd = cluster.membership().await;
+    let members = with_leader(&cluster, &etcd).await;
     assert_eq!(names(&members), ["m0", "m1", "m2"]);
     assert!(members.iter().all(|m| m.healthy), "{members:?}");
     // The ids are etcd's own (random 64-bit), not positions.
@@ -58,13 +63,7 @@ async fn a_real_cluster_lists_its_members_healthy_with_one_leader() {
 async fn leadership_moves_to_the_member_named() {
     let mut cluster = EtcdCluster::start(3).await;
     let etcd = cluster.membership().await;
-    let members = cluster
-        .until(Duration::from_secs(30), "a leader", || async {
-            let members = etcd.members(&cluster.key).await.ok()?;
-            leader(&members)?;
-            Some(members)
-        })
-        .await;
+    let members = with_leader(&cluster, &etcd).await;
     let current = leader(&members).unwrap().to_owned();
     let target = members
         .iter()
@@ -89,11 +88,7 @@ async fn leadership_moves_to_the_member_named() {
 async fn a_stopped_member_shows_unhealthy_and_is_removed_once() {
     let mut cluster = EtcdCluster::start(3).await;
     let etcd = cluster.membership().await;
-    cluster
-        .until(Duration::from_secs(30), "a leader", || async {
-            leader(&etcd.members(&cluster.key).await.ok()?).map(|_| ())
-        })
-        .await;
+    with_leader(&cluster, &etcd).await;
     cluster.stop("m2");
     let members = cluster
         .until(Duration::from_secs(30), "m2 unhealthy", || async {
@@ -140,13 +135,7 @@ async fn the_wrong_ca_is_refused_by_etcd() {
 async fn the_control_plane_moves_leadership_off_then_removes_the_member() {
     let mut cluster = EtcdCluster::start(3).await;
     let etcd = cluster.membership().await;
-    let members = cluster
-        .until(Duration::from_secs(30), "a leader", || async {
-            let members = etcd.members(&cluster.key).await.ok()?;
-            leader(&members)?;
-            Some(members)
-        })
-        .await;
+    let members = with_leader(&cluster, &etcd).await;
     let leaving = leader(&members).unwrap().to_owned();
     // Real etcd refuses a membership change until the member asked has been connected to every
     // other member for 5 s (its strict reconfiguration check) — right after a start or a leader
@@ -185,11 +174,7 @@ async fn the_control_plane_moves_leadership_off_then_removes_the_member() {
 async fn the_control_plane_refuses_a_removal_that_would_lose_quorum() {
     let mut cluster = EtcdCluster::start(3).await;
     let etcd = cluster.membership().await;
-    cluster
-        .until(Duration::from_secs(30), "a leader", || async {
-            leader(&etcd.members(&cluster.key).await.ok()?).map(|_| ())
-        })
-        .await;
+    with_leader(&cluster, &etcd).await;
     cluster.stop("m2");
     cluster
         .until(Duration::from_secs(30), "m2 unhealthy", || async {

@@ -7,7 +7,7 @@
 //! Both processes stop when the [`KubeApiserver`] is dropped; their logs stay in its directory and
 //! are printed when it fails to come up.
 
-use crate::peers;
+use crate::{free_port, peers};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose, SanType,
@@ -25,14 +25,6 @@ pub struct KubeApiserver {
     pub url: String,
     /// An admin kubeconfig (client certificate in `system:masters`).
     pub kubeconfig: PathBuf,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("binding a free port")
-        .local_addr()
-        .expect("reading the free port")
-        .port()
 }
 
 struct Pki {

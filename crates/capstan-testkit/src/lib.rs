@@ -27,3 +27,12 @@ pub fn until(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
     }
     check()
 }
+
+/// A TCP port on 127.0.0.1 that was free a moment ago (for a peer told which port to listen on).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("binding a free port")
+        .local_addr()
+        .expect("reading the free port")
+        .port()
+}

@@ -9,6 +9,7 @@ use capstan_etcd::KubeadmEtcd;
 use capstan_etcd::membership::ANNOTATION_ADVERTISE_CLIENT_URLS;
 use capstan_kubeadm::certs::{self, KeyMaterial, Purpose};
 use capstan_store::{Store, StoreOptions};
+use capstan_testkit::free_port;
 use capstan_workload::{ClusterKey, WorkloadAccess, WorkloadError};
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{Pod, Secret};
@@ -22,14 +23,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// A certificate for 127.0.0.1 and localhost, good for serving and for peers' client side.
 fn member_certificate(ca: &KeyMaterial, name: &str) -> KeyMaterial {
