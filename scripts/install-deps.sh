@@ -21,7 +21,10 @@
 #                 and the checks of what capstan-iso writes; `capstan ramdisk build` downloads the
 #                 Debian kernel and busybox-static packages itself (apt-get download)
 #   debootstrap, e2fsprogs - the root filesystem of the Debian cloud-init image the cluster
-#                 end-to-end test provisions (`capstan ramdisk cloud-image`)
+#                 end-to-end test provisions (`capstan ramdisk cloud-image`) and of the Kubernetes
+#                 node image (`capstan image build`, which also needs fdisk's sfdisk)
+#   containerd, runc - the node image test imports capstan's OCI image archives into a real
+#                 containerd 1.6 and runs the pause image (the node image has its own from debootstrap)
 #   sasl2-bin, libsasl2-modules - `saslpasswd2` and the DIGEST-MD5 mechanism: the KVM credentials
 #                 test starts a libvirtd whose TCP listener asks for a SASL username and password
 #   openssl     - the certificates of that test's TLS listener (a CA, server and client certificates)
@@ -39,7 +42,7 @@ build_packages=(gcc libc6-dev make pkg-config libvirt-dev git)
 test_packages=(cloud-init frr curl
   libvirt-daemon-system libvirt-clients libvirt-daemon-driver-qemu qemu-system-x86 qemu-utils
   tini dnsmasq-base isolinux syslinux syslinux-common mtools dosfstools xorriso cpio kmod
-  debootstrap e2fsprogs sasl2-bin libsasl2-modules openssl openssh-server dpkg-dev)
+  debootstrap e2fsprogs fdisk containerd runc sasl2-bin libsasl2-modules openssl openssh-server dpkg-dev)
 
 list=
 if [ "${1:-}" = --list ]; then
@@ -134,6 +137,6 @@ if ! cargo nextest --version >/dev/null 2>&1; then
   cargo install --locked --quiet cargo-nextest
 fi
 
-for tool in cloud-init vtysh curl kubectl sushy-emulator virsh libvirtd virtlogd qemu-system-x86_64 qemu-img tini xorriso syslinux mcopy mkfs.vfat sfdisk debootstrap mkfs.ext4 saslpasswd2 openssl; do
+for tool in cloud-init vtysh curl kubectl sushy-emulator virsh libvirtd virtlogd qemu-system-x86_64 qemu-img tini xorriso syslinux mcopy mkfs.vfat sfdisk debootstrap mkfs.ext4 containerd ctr runc saslpasswd2 openssl; do
   command -v "$tool" >/dev/null || { echo "install-deps: $tool is still missing" >&2; exit 1; }
 done

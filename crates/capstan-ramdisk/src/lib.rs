@@ -8,11 +8,22 @@
 //! - [`test_image`] builds the bootable disk image the host end-to-end tests provision.
 //! - [`cloud_image`] builds the Debian cloud-init image (with a kubeadm test stand-in) the cluster
 //!   end-to-end tests provision.
+//! - [`node_image`] builds the Kubernetes node image (`capstan image build`): Debian 12 with
+//!   containerd, the kubelet, kubeadm and kubectl of a Kubernetes release, and the control-plane,
+//!   etcd, CoreDNS, kube-proxy and pause images already in containerd, made by [`oci`] from those
+//!   binaries; [`kube_bin`] checks the binaries it is given.
+//! - [`rootfs`] (debootstrap, cached) and [`disk`] (a bootable MBR disk and its qcow2) are the
+//!   pipeline both Debian images share.
 //! - [`cpio`] writes initramfs archives.
 
 pub mod cloud_image;
 pub mod cpio;
 pub mod debian;
+pub mod disk;
+pub mod kube_bin;
+pub mod node_image;
+pub mod oci;
+pub mod rootfs;
 pub mod test_image;
 
 use capstan_iso::IsoImage;
@@ -287,6 +298,26 @@ fn sha256_hex(data: &[u8]) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
+}
+
+/// The sha256 of a file as hex, read in pieces (images are gigabytes).
+pub fn sha256_file(path: &Path) -> Result<String, RamdiskError> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path).map_err(io("reading", path))?;
+    let mut hasher = Sha256::new();
+    let mut buffer = vec![0u8; 4 << 20];
+    loop {
+        let n = file.read(&mut buffer).map_err(io("reading", path))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buffer[..n]);
+    }
+    Ok(hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
 }
 
 impl RamdiskBuild {

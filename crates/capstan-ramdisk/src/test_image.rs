@@ -13,8 +13,7 @@
 //! `syslinux --install` on it, `sfdisk` for the table, SYSLINUX's `mbr.bin` for the boot code.
 
 use crate::debian::DebianParts;
-use crate::{Initramfs, RamdiskError, io, run};
-use sha2::{Digest, Sha256};
+use crate::{Initramfs, RamdiskError, io, run, sha256_file};
 use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -63,14 +62,6 @@ pub struct TestImage {
     pub raw_sha256: String,
     pub qcow2: PathBuf,
     pub qcow2_sha256: String,
-}
-
-fn sha256_file(path: &Path) -> Result<String, RamdiskError> {
-    let data = std::fs::read(path).map_err(io("reading", path))?;
-    Ok(Sha256::digest(&data)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect())
 }
 
 /// Builds `disk.img` and `disk.qcow2` in `out` from the packages in `cache`.

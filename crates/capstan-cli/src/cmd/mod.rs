@@ -16,6 +16,7 @@ mod delete;
 mod describe;
 mod describe_cluster;
 pub(crate) mod get;
+mod image;
 mod kubeconfig;
 mod lint;
 mod ramdisk;
@@ -66,6 +67,10 @@ pub enum Command {
     /// The provisioning ramdisk the BareMetalHost controller boots hosts into.
     #[command(subcommand)]
     Ramdisk(ramdisk::RamdiskCommand),
+    /// The Kubernetes node image (Debian, containerd, kubelet, kubeadm and kubeadm's images) that
+    /// Metal3 and KVM machines boot.
+    #[command(subcommand)]
+    Image(image::ImageCommand),
     /// List (and with --remove, remove) stored rows the server cannot decode.
     Undecodable(undecodable::Args),
     /// The offline install bundle: create one, install one on an air-gapped host, verify one.
@@ -112,6 +117,7 @@ pub fn run(command: Command, style: &Style) -> anyhow::Result<Exit> {
         Command::Crds(args) => crds::run(args),
         Command::ClusterctlTemplate(args) => clusterctl::run(args),
         Command::Ramdisk(command) => ramdisk::run(command, style),
+        Command::Image(command) => image::run(command, style),
         Command::Undecodable(args) => undecodable::run(args, style),
         Command::Bundle(command) => bundle::run(command, style),
     }

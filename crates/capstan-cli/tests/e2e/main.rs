@@ -17,11 +17,13 @@
 //! capstan's kubeadm bootstrap data in them. The third, in [`kvm_cluster`], builds one whose control
 //! plane and workers are VMs capstan's KVM provider makes on the same libvirt. The fourth, in
 //! [`offline_install`], installs capstan's Debian package from an offline bundle in a VM with no
-//! network and runs it as a systemd service.
+//! network and runs it as a systemd service. The fifth, in [`node_image`], boots the Kubernetes
+//! node image `capstan image build` makes and checks that kubeadm finds everything it needs on it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod kvm_cluster;
+mod node_image;
 mod offline_install;
 mod real_cluster;
 mod testbed;

@@ -1,0 +1,342 @@
+//! The node image's OCI archives in a real containerd: `capstan image archives` builds the images
+//! kubeadm wants from the Kubernetes binaries `scripts/peers.sh` builds (`CAPSTAN_PEERS_BIN`, else
+//! `scripts/peers.sh --dir`), and Debian's containerd 1.6, started here as root in a network
+//! namespace of its own with its root, state and socket in a temporary directory, imports each
+//! with `ctr images import`. Checked: every image `kubeadm config images list` names is in the
+//! `k8s.io` namespace under its reference with the manifest digest capstan wrote, complete and
+//! unpacked; and the pause image runs under runc (as its unprivileged user) until SIGTERM stops
+//! it, exiting 0.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The Kubernetes binaries: `CAPSTAN_PEERS_BIN`, else where `scripts/peers.sh` puts them.
+fn peers_bin() -> PathBuf {
+    let dir = match std::env::var_os("CAPSTAN_PEERS_BIN") {
+        Some(dir) => PathBuf::from(dir),
+        None => {
+            let out = Command::new("bash")
+                .arg(repo_root().join("scripts/peers.sh"))
+                .arg("--dir")
+                .output()
+                .expect("running scripts/peers.sh --dir");
+            assert!(
+                out.status.success(),
+                "scripts/peers.sh --dir: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+        }
+    };
+    for binary in [
+        "kubeadm",
+        "kubelet",
+        "kube-apiserver",
+        "etcd",
+        "coredns",
+        "pause",
+    ] {
+        assert!(
+            dir.join(binary).is_file(),
+            "{} has no {binary}: run scripts/peers.sh (it builds the Kubernetes binaries) or set CAPSTAN_PEERS_BIN",
+            dir.display()
+        );
+    }
+    dir
+}
+
+/// Kills `pid` once `limit` has passed, unless dropped first: a hung containerd or ctr fails the
+/// test instead of stopping the suite.
+struct Watchdog(Option<std::sync::mpsc::Sender<()>>);
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.0.take();
+    }
+}
+
+fn kill_after(pid: u32, limit: Duration) -> Watchdog {
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(limit) {
+            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+        }
+    });
+    Watchdog(Some(tx))
+}
+
+/// A containerd of its own: root, state, socket under `dir`, no CRI plugin, its own network
+/// namespace; killed (and its shims with it) when dropped.
+struct Containerd {
+    child: Child,
+    socket: PathBuf,
+    log: PathBuf,
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Containerd {
+    fn start(dir: &Path) -> Containerd {
+        let socket = dir.join("containerd.sock");
+        let config = dir.join("config.toml");
+        std::fs::write(
+            &config,
+            format!(
+                r#"version = 2
+root = "{root}"
+state = "{state}"
+disabled_plugins = ["io.containerd.grpc.v1.cri"]
+
+[grpc]
+  address = "{socket}"
+
+[ttrpc]
+  address = "{socket}.ttrpc"
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{opt}"
+"#,
+                root = dir.join("root").display(),
+                state = dir.join("state").display(),
+                socket = socket.display(),
+                opt = dir.join("opt").display(),
+            ),
+        )
+        .unwrap();
+        let log = dir.join("containerd.log");
+        let out = std::fs::File::create(&log).unwrap();
+        let child = Command::new("unshare")
+            .args(["--net", "containerd", "--config"])
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .expect(
+                "starting containerd (install the containerd package: scripts/install-deps.sh)",
+            );
+        Containerd { child, socket, log }
+    }
+
+    /// `ctr` against this containerd in the `k8s.io` namespace; it waits for the socket itself.
+    fn ctr(&self, args: &[&str]) -> String {
+        let out = Command::new("ctr")
+            .arg("--address")
+            .arg(&self.socket)
+            .args(["--connect-timeout", "60s", "--namespace", "k8s.io"])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "ctr {args:?}: {}{}\n--- containerd's log ---\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            std::fs::read_to_string(&self.log).unwrap_or_default()
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn ctr_command(&self) -> Command {
+        let mut command = Command::new("ctr");
+        command.arg("--address").arg(&self.socket).args([
+            "--connect-timeout",
+            "60s",
+            "--namespace",
+            "k8s.io",
+        ]);
+        command
+    }
+}
+
+#[test]
+fn the_archives_import_into_containerd_under_kubeadms_references_and_pause_runs() {
+    let is_root = std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("Uid:")
+                .map(|ids| ids.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false);
+    assert!(
+        is_root,
+        "this test runs containerd: run it as root (scripts/test.sh does)"
+    );
+    let peers = peers_bin();
+    let work = tempfile::tempdir().unwrap();
+    let archives = work.path().join("archives");
+    let out = Command::new(env!("CARGO_BIN_EXE_capstan"))
+        .args(["image", "archives", "--kubernetes-bin"])
+        .arg(&peers)
+        .arg("--out")
+        .arg(&archives)
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "capstan image archives: {}\n(the kube-proxy image's iptables come from the node root filesystem, which debootstrap makes: scripts/test.sh builds the node image once while the network is there)",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listing: Vec<Value> =
+        serde_json::from_slice(&std::fs::read(archives.join("images.json")).unwrap()).unwrap();
+
+    let version = Command::new(peers.join("kubeadm"))
+        .args(["version", "-o", "short"])
+        .output()
+        .unwrap();
+    let version = String::from_utf8_lossy(&version.stdout).trim().to_owned();
+    assert_eq!(version, "v1.35.4");
+    let listed = Command::new(peers.join("kubeadm"))
+        .args(["config", "images", "list", "--kubernetes-version", &version])
+        .output()
+        .unwrap();
+    assert!(listed.status.success());
+    let wanted: Vec<String> = String::from_utf8_lossy(&listed.stdout)
+        .lines()
+        .map(|l| l.trim().to_owned())
+        .filter(|l| !l.is_empty())
+        .collect();
+    assert_eq!(wanted.len(), 7, "{wanted:?}");
+    assert_eq!(listing.len(), wanted.len(), "{listing:?}");
+
+    let daemon_dir = work.path().join("containerd");
+    std::fs::create_dir_all(&daemon_dir).unwrap();
+    let containerd = Containerd::start(&daemon_dir);
+    let _watchdog = kill_after(containerd.child.id(), Duration::from_secs(240));
+    for entry in &listing {
+        let file = archives.join(entry["file"].as_str().unwrap());
+        containerd.ctr(&["images", "import", file.to_str().unwrap()]);
+    }
+
+    // REF TYPE DIGEST SIZE PLATFORMS LABELS: each under kubeadm's reference with capstan's digest.
+    let images = containerd.ctr(&["images", "ls"]);
+    let names: Vec<&str> = images
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(
+        names.len(),
+        wanted.len(),
+        "nothing else was imported:\n{images}"
+    );
+    for reference in &wanted {
+        let entry = listing
+            .iter()
+            .find(|e| e["reference"] == reference.as_str())
+            .unwrap_or_else(|| panic!("capstan wrote no archive for {reference}: {listing:?}"));
+        let digest = entry["manifestDigest"].as_str().unwrap();
+        let line = images
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(reference.as_str()))
+            .unwrap_or_else(|| panic!("{reference} is not in containerd:\n{images}"));
+        let columns: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(
+            columns[1], "application/vnd.oci.image.manifest.v1+json",
+            "{line}"
+        );
+        assert_eq!(columns[2], digest, "{line}");
+        assert!(line.contains("linux/amd64"), "{line}");
+    }
+    // REF TYPE DIGEST STATUS SIZE UNPACKED: every blob there, and a snapshot to run from.
+    let checked = containerd.ctr(&["images", "check"]);
+    for reference in &wanted {
+        let line = checked
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(reference.as_str()))
+            .unwrap_or_else(|| panic!("{reference} not checked:\n{checked}"));
+        assert!(line.contains("complete"), "{line}");
+        assert!(line.trim_end().ends_with("true"), "not unpacked: {line}");
+    }
+
+    // The pause image as a sandbox runs it: its entrypoint, its user, until SIGTERM.
+    let pause = wanted.iter().find(|r| r.contains("/pause:")).unwrap();
+    let mut events = containerd
+        .ctr_command()
+        .arg("events")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _events_watchdog = kill_after(events.id(), Duration::from_secs(120));
+    let run = containerd
+        .ctr_command()
+        .args(["run", "--rm", pause, "capstan-pause-test"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _run_watchdog = kill_after(run.id(), Duration::from_secs(120));
+    // The task's start event says pause is running; no guessing how long that takes.
+    let mut started = false;
+    for line in BufReader::new(events.stdout.take().unwrap()).lines() {
+        let line = line.unwrap_or_default();
+        if line.contains("/tasks/start") && line.contains("capstan-pause-test") {
+            started = true;
+            break;
+        }
+    }
+    let _ = events.kill();
+    let _ = events.wait();
+    assert!(
+        started,
+        "pause never started; containerd's log:\n{}",
+        std::fs::read_to_string(&containerd.log).unwrap_or_default()
+    );
+    let processes = containerd.ctr(&["tasks", "ls"]);
+    assert!(
+        processes
+            .lines()
+            .any(|l| l.starts_with("capstan-pause-test") && l.contains("RUNNING")),
+        "{processes}"
+    );
+    // Its process runs as the image's user, 65535 (upstream pause's).
+    let pid = processes
+        .lines()
+        .find(|l| l.starts_with("capstan-pause-test"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .unwrap()
+        .to_owned();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let uid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+    assert_eq!(uid, "65535", "{status}");
+    containerd.ctr(&["tasks", "kill", "--signal", "SIGTERM", "capstan-pause-test"]);
+    let finished = run.wait_with_output().unwrap();
+    assert!(
+        finished.status.success(),
+        "pause did not exit 0 on SIGTERM: {}\n{}{}",
+        finished.status,
+        String::from_utf8_lossy(&finished.stdout),
+        String::from_utf8_lossy(&finished.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&finished.stderr).contains("shutting down, got signal")
+            || String::from_utf8_lossy(&finished.stdout).contains("shutting down, got signal"),
+        "{finished:?}"
+    );
+}
