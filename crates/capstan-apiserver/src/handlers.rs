@@ -381,6 +381,12 @@ fn admit(
     }
     let violations = capstan_schema::validate_update(schema, object, old).violations;
     if violations.is_empty() {
+        if request.group().is_empty()
+            && request.kind() == "ResourceQuota"
+            && request.path.subresource.is_none()
+        {
+            crate::builtin::quotas::validate(object)?;
+        }
         return Ok(());
     }
     let causes: Vec<Cause> = violations.iter().map(schema_cause).collect();
@@ -1407,6 +1413,7 @@ async fn create_once(
         request.path.namespace.as_deref(),
         request.kind(),
     )?;
+    crate::names::check_new(request.group(), request.kind(), &name)?;
     if request.served.has_status()
         && let Some(obj) = object.as_object_mut()
     {
@@ -1436,6 +1443,18 @@ async fn create_once(
     let mut storage_form = request.to_storage(state, object)?;
     managed::set_managed_fields(&mut storage_form, &entries);
     crate::limits::check_object(request.group(), request.kind(), &storage_form)?;
+    // Counted against the namespace's quotas, dry runs too (as kube-apiserver counts them); what
+    // it returns is held until the object is stored, so no other create of the namespace is
+    // counted before this one.
+    let quota = crate::builtin::quotas::admit_create(
+        state,
+        request.group(),
+        &request.path.plural,
+        &request.storage_resource(),
+        request.path.namespace.as_deref(),
+        &name,
+    )
+    .await?;
     if request.dry_run() {
         return Ok((
             StatusCode::CREATED,
@@ -1447,6 +1466,11 @@ async fn create_once(
         check_stored_objects(state, crd).await?;
     }
     let stored = state.store.create(request.key(&name), storage_form).await?;
+    let counted = quota.counted;
+    drop(quota);
+    if counted || request.storage_resource() == crate::builtin::quotas::STORAGE {
+        state.quotas.wake();
+    }
     if let Some(crd) = crd {
         state.registry_write().insert(crd);
     }

@@ -34,6 +34,7 @@ pub mod lifecycle;
 pub mod limits;
 pub mod managed;
 pub mod metrics;
+pub mod names;
 pub mod openapi;
 pub mod params;
 pub mod patching;
@@ -134,6 +135,15 @@ pub struct ApiState {
     service_account_key: RwLock<Arc<builtin::tokens::SigningKey>>,
     /// The issuer of ServiceAccount tokens and the audiences the server accepts.
     token_issuer: RwLock<Arc<builtin::tokens::TokenIssuer>>,
+    /// ResourceQuotas: parsed, the namespaces' quota locks, the status loop's wake-up.
+    quotas: Arc<builtin::quotas::Quotas>,
+}
+
+impl Drop for ApiState {
+    fn drop(&mut self) {
+        // The quota status loop may be waiting for the first quota: it ends once woken.
+        self.quotas.wake();
+    }
 }
 
 impl ApiState {
@@ -247,8 +257,10 @@ impl ApiServer {
             // Until a data directory's key is given, one of this process.
             service_account_key: RwLock::new(Arc::new(builtin::tokens::SigningKey::generate()?)),
             token_issuer: RwLock::new(Arc::new(builtin::tokens::TokenIssuer::default())),
+            quotas: Arc::default(),
         });
         builtin::namespaces::spawn(Arc::downgrade(&state));
+        builtin::quotas::spawn(Arc::downgrade(&state));
         Ok(Self {
             state,
             router: Arc::default(),

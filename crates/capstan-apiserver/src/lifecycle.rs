@@ -128,6 +128,7 @@ pub fn tracks_generation(kind: &str) -> bool {
             | "RoleBinding"
             | "ClusterRoleBinding"
             | "CertificateSigningRequest"
+            | "ResourceQuota"
     )
 }
 

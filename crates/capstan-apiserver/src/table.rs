@@ -234,6 +234,28 @@ fn computed(object: &Value, spec: &str) -> Value {
             })
         }
         "selector" => Value::String(format_selector(at(object, first))),
+        // A ResourceQuota's `key: used/hard` for each key of its status, as kubectl prints them.
+        "quota-usage" => {
+            let status = at(object, first);
+            let hard = status
+                .and_then(|s| s.get("hard"))
+                .and_then(Value::as_object);
+            let used = status.and_then(|s| s.get("used"));
+            let text = |v: Option<&Value>| match v {
+                Some(Value::String(s)) => s.clone(),
+                Some(Value::Number(n)) => n.to_string(),
+                _ => "0".into(),
+            };
+            let entries: Vec<String> = hard
+                .into_iter()
+                .flatten()
+                .map(|(key, limit)| {
+                    let used = text(used.and_then(|u| u.get(key)));
+                    format!("{key}: {used}/{}", text(Some(limit)))
+                })
+                .collect();
+            Value::String(entries.join(", "))
+        }
         "or-none" => string_or_none(at(object, first)),
         // An int-or-string, `N/A` when unset (a PodDisruptionBudget's bounds).
         "or-na" => Value::String(match at(object, first) {

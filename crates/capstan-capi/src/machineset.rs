@@ -9,6 +9,12 @@
 //!
 //! Machines are listed live (not from a cache) before scaling: a stale read would create or delete
 //! twice.
+//!
+//! Nothing is created until every template the set's Machines are cloned from resolves: a missing
+//! template (or a kind the API does not serve) is named in `ScalingUp` (reason
+//! `ScalingUpBlocked`) and the set waits. A Machine whose creation the API refuses (a quota, an
+//! invalid template) takes back the clones made for it, so retries leave nothing behind, and the
+//! refusal is named in the same condition.
 
 use crate::contract::{self, ContractError};
 use crate::machine::READY;
@@ -19,6 +25,7 @@ use capstan_model::meta::{
 };
 use capstan_runtime::conditions::{self, FALSE, TRUE};
 use capstan_runtime::patch::{self, PatchError};
+use capstan_runtime::watches::WatchError;
 use capstan_runtime::{Action, Context, Reconciler};
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
@@ -42,6 +49,8 @@ pub const WAIT_REQUEUE: Duration = Duration::from_secs(15);
 
 /// Condition types of a MachineSet (v1beta2).
 pub const SCALING_UP: &str = "ScalingUp";
+/// `ScalingUp`'s reason while Machines are missing and none can be made.
+pub const REASON_SCALING_UP_BLOCKED: &str = "ScalingUpBlocked";
 pub const SCALING_DOWN: &str = "ScalingDown";
 pub const MACHINES_READY: &str = "MachinesReady";
 
@@ -170,11 +179,12 @@ pub fn selector_string(selector: &LabelSelector) -> String {
     parts.join(",")
 }
 
-/// The status of a set with `machines` (pure).
+/// The status of a set with `machines` (pure); `blocked` says why missing Machines cannot be made.
 pub fn compute_status(
     set: &MachineSet,
     machines: &[Machine],
     desired: i32,
+    blocked: Option<&str>,
     now: &str,
 ) -> ReplicaStatus {
     let mut status = set.status.clone().unwrap_or_default();
@@ -206,11 +216,17 @@ pub fn compute_status(
         conditions::condition(
             SCALING_UP,
             if up { TRUE } else { FALSE },
-            if up { "ScalingUp" } else { "NotScalingUp" },
-            if up {
-                format!("scaling up from {replicas} to {desired} replicas")
-            } else {
-                String::new()
+            match (up, blocked) {
+                (true, Some(_)) => REASON_SCALING_UP_BLOCKED,
+                (true, None) => "ScalingUp",
+                (false, _) => "NotScalingUp",
+            },
+            match (up, blocked) {
+                (true, Some(why)) => {
+                    format!("scaling up from {replicas} to {desired} replicas is blocked: {why}")
+                }
+                (true, None) => format!("scaling up from {replicas} to {desired} replicas"),
+                (false, _) => String::new(),
             },
             generation,
         ),
@@ -282,16 +298,135 @@ fn random_suffix() -> String {
         .collect()
 }
 
+/// The API's refusal of a write that a retry with the same input cannot change (a quota, an
+/// invalid object), as its message; `None` for anything else.
+fn refusal(err: &kube::Error) -> Option<String> {
+    match err {
+        kube::Error::Api(status) if matches!(status.code, 403 | 422) => {
+            Some(status.message.clone())
+        }
+        _ => None,
+    }
+}
+
+/// Why a template cannot be cloned now, when the cause is the template (or its kind) rather than
+/// the API failing us.
+fn unresolvable(err: &ContractError) -> Option<String> {
+    match err {
+        ContractError::Missing { .. } => Some(format!("{err}; create it")),
+        // A kind the API does not serve; failing to ask the API is retried instead.
+        ContractError::Resolve {
+            source: source @ WatchError::UnknownKind { .. },
+            ..
+        } => Some(format!("{err}: {source}")),
+        ContractError::Resolve { .. } => None,
+        ContractError::Api { source, .. } => refusal(source).map(|why| format!("{err}: {why}")),
+    }
+}
+
 impl MachineSetController {
-    /// Creates one Machine from the template (cloning its provider templates).
+    /// Why the set's templates cannot be cloned (one that does not exist, or whose kind is not
+    /// served), when one cannot: checked before anything is created, so a set whose templates do
+    /// not resolve creates nothing.
+    async fn unresolved_template(
+        &self,
+        set: &MachineSet,
+        namespace: &str,
+        client: &Client,
+    ) -> Result<Option<String>, MachineSetError> {
+        let spec = &set.spec.template.spec;
+        let bootstrap = spec
+            .bootstrap
+            .config_ref
+            .as_ref()
+            .filter(|r| !r.name.is_empty() && r.kind.ends_with("Template"))
+            .map(|r| (r, "spec.template.spec.bootstrap.configRef"));
+        let infrastructure = Some((
+            &spec.infrastructure_ref,
+            "spec.template.spec.infrastructureRef",
+        ));
+        for (template, field) in bootstrap.into_iter().chain(infrastructure) {
+            let found = match contract::Referenced::resolve(client, namespace, template).await {
+                Ok(api) => api.get().await,
+                Err(err) => Err(err),
+            };
+            match found {
+                Ok(Some(_)) => {}
+                Ok(None) => {
+                    return Ok(Some(format!(
+                        "{} {namespace}/{} ({field}) does not exist; create it",
+                        template.kind, template.name
+                    )));
+                }
+                Err(err) => match unresolvable(&err) {
+                    Some(why) => return Ok(Some(format!("{field}: {why}"))),
+                    None => return Err(err.into()),
+                },
+            }
+        }
+        Ok(None)
+    }
+
+    /// Creates one Machine from the template (cloning its provider templates): its name, or
+    /// `Ok(Err(why))` when the API refused it or a template could not be cloned, after taking
+    /// back the clones made for it.
     async fn create_machine(
         &self,
         set: &MachineSet,
         raw_template: &Value,
         namespace: &str,
         client: &Client,
-    ) -> Result<String, MachineSetError> {
+    ) -> Result<Result<String, String>, MachineSetError> {
         let name = format!("{}-{}", set.name_any(), random_suffix());
+        let mut clones = Vec::new();
+        let made = self
+            .create_machine_named(set, raw_template, namespace, client, &name, &mut clones)
+            .await;
+        let blocked = match made {
+            Ok(()) => return Ok(Ok(name)),
+            Err(MachineSetError::Contract(err)) => unresolvable(&err)
+                .ok_or(MachineSetError::Contract(err))
+                .map(|why| format!("cloning the templates of Machine {name}: {why}")),
+            Err(MachineSetError::Api {
+                action: "creating",
+                kind: "Machine",
+                namespace,
+                name,
+                source,
+            }) => refusal(&source).ok_or(MachineSetError::Api {
+                action: "creating",
+                kind: "Machine",
+                namespace,
+                name,
+                source,
+            }),
+            Err(err) => Err(err),
+        };
+        // The Machine was not made: its clones would only wait for the set's deletion.
+        for clone in clones {
+            if let Err(err) = clone.delete().await {
+                tracing::warn!(
+                    machineset = %set.name_any(),
+                    kind = %clone.reference.kind,
+                    name = %clone.reference.name,
+                    error = %capstan_runtime::controller::ErrorChain(&err),
+                    "a clone made for a Machine that was not created could not be deleted"
+                );
+            }
+        }
+        blocked.map(Err)
+    }
+
+    /// [`Self::create_machine`]'s work, recording each clone in `clones` as it is made.
+    async fn create_machine_named(
+        &self,
+        set: &MachineSet,
+        raw_template: &Value,
+        namespace: &str,
+        client: &Client,
+        name: &str,
+        clones: &mut Vec<contract::Referenced>,
+    ) -> Result<(), MachineSetError> {
         let owner = contract::owner_reference(set, true);
         let mut labels: BTreeMap<String, String> = set.spec.template.metadata.labels.clone();
         labels.insert(LABEL_CLUSTER_NAME.into(), set.spec.cluster_name.clone());
@@ -320,15 +455,17 @@ impl MachineSetController {
             .filter(|r| !r.name.is_empty())
         {
             let cloned = if config.kind.ends_with("Template") {
-                contract::clone_template(
+                let cloned = contract::clone_template(
                     client,
                     namespace,
                     config,
-                    &name,
+                    name,
                     &label_pairs,
                     owner.clone(),
                 )
-                .await?
+                .await?;
+                clones.push(contract::Referenced::resolve(client, namespace, &cloned).await?);
+                cloned
             } else {
                 config.clone()
             };
@@ -336,8 +473,9 @@ impl MachineSetController {
         }
         let infra = &set.spec.template.spec.infrastructure_ref;
         let cloned: ContractVersionedObjectReference =
-            contract::clone_template(client, namespace, infra, &name, &label_pairs, owner.clone())
+            contract::clone_template(client, namespace, infra, name, &label_pairs, owner.clone())
                 .await?;
+        clones.push(contract::Referenced::resolve(client, namespace, &cloned).await?);
         spec["infrastructureRef"] = json!(cloned);
         let annotations = raw_template
             .get("metadata")
@@ -361,7 +499,7 @@ impl MachineSetController {
             action: "building",
             kind: "Machine",
             namespace: namespace.to_owned(),
-            name: name.clone(),
+            name: name.to_owned(),
             source: Box::new(kube::Error::SerdeError(e)),
         })?;
         let api: Api<DynamicObject> = Api::namespaced_with(
@@ -371,8 +509,8 @@ impl MachineSetController {
         );
         api.create(&PostParams::default(), &object)
             .await
-            .map_err(api_error("creating", "Machine", namespace, &name))?;
-        Ok(name)
+            .map_err(api_error("creating", "Machine", namespace, name))?;
+        Ok(())
     }
 }
 
@@ -459,7 +597,11 @@ impl Reconciler for MachineSetController {
             .cloned()
             .collect();
         let current = i32::try_from(active.len()).unwrap_or(i32::MAX);
+        let mut blocked = None;
         if current < desired {
+            blocked = self.unresolved_template(&set, &namespace, &client).await?;
+        }
+        if current < desired && blocked.is_none() {
             let sets: Api<DynamicObject> = Api::namespaced_with(
                 client.clone(),
                 &namespace,
@@ -481,10 +623,18 @@ impl Reconciler for MachineSetController {
                 .unwrap_or(0)
                 .min(SCALE_BURST);
             for _ in 0..missing {
-                let created = self
+                match self
                     .create_machine(&set, &template, &namespace, &client)
-                    .await?;
-                tracing::debug!(machineset = %name, machine = %created, "created");
+                    .await?
+                {
+                    Ok(created) => {
+                        tracing::debug!(machineset = %name, machine = %created, "created");
+                    }
+                    Err(why) => {
+                        blocked = Some(why);
+                        break;
+                    }
+                }
             }
         } else if current > desired {
             let excess = usize::try_from(current - desired)
@@ -512,7 +662,13 @@ impl Reconciler for MachineSetController {
                 }
             }
         }
-        let status = compute_status(&set, &owned, desired, &conditions::now());
+        let status = compute_status(
+            &set,
+            &owned,
+            desired,
+            blocked.as_deref(),
+            &conditions::now(),
+        );
         let sets: Api<MachineSet> = Api::namespaced(client.clone(), &namespace);
         let before = set.status.clone().unwrap_or_default();
         patch::patch_status(&sets, &*set, &before, &status).await?;
@@ -622,13 +778,13 @@ mod tests {
         let mut set = MachineSet::new("s", Some("ns"), MachineSetSpec::default());
         set.spec.selector.match_labels = Some([("a".to_owned(), "1".to_owned())].into());
         let machines = [machine("a", 1, true, false), machine("b", 2, false, false)];
-        let status = compute_status(&set, &machines, 3, "t");
+        let status = compute_status(&set, &machines, 3, None, "t");
         assert_eq!((status.replicas, status.ready_replicas), (Some(2), Some(1)));
         assert_eq!(status.selector.as_deref(), Some("a=1"));
         assert!(conditions::is_true(&status.conditions, SCALING_UP));
         assert!(!conditions::is_true(&status.conditions, SCALING_DOWN));
         assert!(!conditions::is_true(&status.conditions, MACHINES_READY));
-        let status = compute_status(&set, &machines, 1, "t");
+        let status = compute_status(&set, &machines, 1, None, "t");
         assert!(conditions::is_true(&status.conditions, SCALING_DOWN));
     }
 }

@@ -1079,3 +1079,63 @@ async fn machine_set_adopts_orphans_and_deletes_marked_machines_first() {
     assert_eq!(status.selector.as_deref(), Some("pool=set"));
     env.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn machine_set_with_a_missing_template_creates_nothing_and_says_why() {
+    let env = Env::start().await;
+    env.cluster_objects("zeta").await;
+    // The bootstrap template exists; the infrastructure template does not, yet.
+    env.templates("zeta-other", "http://images.example/a.img")
+        .await;
+    create(&env.client, &resource("cluster.x-k8s.io", "v1beta2", "MachineSet", "machinesets"), json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineSet",
+        "metadata": {"name": "lonely", "namespace": NS, "labels": {"cluster.x-k8s.io/cluster-name": "zeta"}},
+        "spec": {
+            "clusterName": "zeta",
+            "replicas": 2,
+            "selector": {"matchLabels": {"pool": "lonely"}},
+            "template": {
+                "metadata": {"labels": {"pool": "lonely"}},
+                "spec": {
+                    "clusterName": "zeta",
+                    "bootstrap": {"configRef": {"apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "KubeadmConfigTemplate", "name": "workers"}},
+                    "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "Metal3MachineTemplate", "name": "lonely-missing"},
+                },
+            },
+        },
+    }))
+    .await;
+    let sets: Api<MachineSet> = Api::namespaced(env.client.clone(), NS);
+    let condition = eventually("the set to say why it cannot scale up", || async {
+        let status = sets.get("lonely").await.ok()?.status?;
+        status.conditions.into_iter().find(|c| {
+            c.type_ == capstan_capi::machineset::SCALING_UP
+                && c.reason.as_deref() == Some(capstan_capi::machineset::REASON_SCALING_UP_BLOCKED)
+        })
+    })
+    .await;
+    let message = condition.message.unwrap_or_default();
+    assert!(
+        message.contains("Metal3MachineTemplate default/lonely-missing (spec.template.spec.infrastructureRef) does not exist"),
+        "{message}"
+    );
+    // Nothing was made for the Machines that could not be: no bootstrap config, no Machine.
+    let of_set = ListParams::default().labels("cluster.x-k8s.io/set-name=lonely");
+    let configs = dynamic(&env.client, &kubeadm_config());
+    assert!(configs.list(&of_set).await.unwrap().items.is_empty());
+    assert!(env.machines().list(&of_set).await.unwrap().items.is_empty());
+    // Once the template exists, the set makes its Machines, each with one bootstrap config.
+    create(&env.client, &metal3_machine_template(), json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "Metal3MachineTemplate",
+        "metadata": {"name": "lonely-missing", "namespace": NS},
+        "spec": {"template": {"spec": {"image": {"url": "http://images.example/a.img", "checksum": "http://images.example/a.img.sha256", "checksumType": "sha256", "format": "raw"}}}},
+    }))
+    .await;
+    eventually("two Machines, with two bootstrap configs", || async {
+        let machines = env.machines().list(&of_set).await.ok()?.items.len();
+        let configs = configs.list(&of_set).await.ok()?.items.len();
+        (machines == 2 && configs == 2).then_some(())
+    })
+    .await;
+    env.stop().await;
+}

@@ -22,6 +22,16 @@ pub enum BmcError {
     /// The scheme, or a verb on this BMC, is not supported.
     #[error("unsupported: {0}")]
     Unsupported(String),
+    /// The BMC's address is outside the networks BMCs may be in ([`crate::BmcNetworks`]):
+    /// nothing was sent to it.
+    #[error(
+        "BMC {endpoint} ({addresses}) is outside the networks BMCs may be in ({permitted}); nothing was sent to it"
+    )]
+    NotPermitted {
+        endpoint: String,
+        addresses: String,
+        permitted: String,
+    },
     /// The BMC answered something the driver does not understand.
     #[error("unexpected answer from BMC {endpoint}: {detail}")]
     Protocol { endpoint: String, detail: String },

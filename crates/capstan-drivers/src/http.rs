@@ -31,6 +31,8 @@ pub(crate) struct HttpClient {
     username: String,
     authorization: String,
     timeout: Duration,
+    /// The networks the BMC may be in (`None`: any).
+    permitted: Option<crate::BmcNetworks>,
 }
 
 // Debug must not print the authorization header, which carries the password.
@@ -79,6 +81,7 @@ impl HttpClient {
             username: credentials.username.clone(),
             authorization: format!("Basic {token}"),
             timeout: options.timeout,
+            permitted: options.permitted,
         })
     }
 
@@ -157,9 +160,7 @@ impl HttpClient {
         path: &str,
         body: Option<String>,
     ) -> Result<(StatusCode, Bytes), BmcError> {
-        let tcp = TcpStream::connect((self.host.as_str(), self.port))
-            .await
-            .map_err(|e| self.unreachable(format!("connect: {e}")))?;
+        let tcp = self.connect().await?;
         let mut request = Request::builder()
             .method(method.clone())
             .uri(path)
@@ -185,6 +186,40 @@ impl HttpClient {
                 self.round_trip(stream, request).await
             }
         }
+    }
+
+    /// A connection to the BMC. With permitted networks, the name is resolved here and only an
+    /// address in them is connected to: a name that resolves elsewhere (now or after a change of
+    /// its DNS records) gets nothing, credentials included.
+    async fn connect(&self) -> Result<TcpStream, BmcError> {
+        let Some(permitted) = &self.permitted else {
+            return TcpStream::connect((self.host.as_str(), self.port))
+                .await
+                .map_err(|e| self.unreachable(format!("connect: {e}")));
+        };
+        let resolved: Vec<std::net::SocketAddr> =
+            tokio::net::lookup_host((self.host.as_str(), self.port))
+                .await
+                .map_err(|e| self.unreachable(format!("resolving {}: {e}", self.host)))?
+                .collect();
+        let (allowed, refused): (Vec<_>, Vec<_>) = resolved
+            .into_iter()
+            .partition(|address| permitted.permits(address.ip()));
+        if allowed.is_empty() {
+            let ips: Vec<std::net::IpAddr> = refused.iter().map(|a| a.ip()).collect();
+            return Err(permitted.refusal(&self.endpoint, &ips));
+        }
+        let mut last = None;
+        for address in allowed {
+            match TcpStream::connect(address).await {
+                Ok(tcp) => return Ok(tcp),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(self.unreachable(format!(
+            "connect: {}",
+            last.map_or_else(|| "no address".to_owned(), |e| e.to_string())
+        )))
     }
 
     async fn round_trip<S>(

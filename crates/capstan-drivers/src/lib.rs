@@ -19,12 +19,14 @@ pub mod address;
 pub mod error;
 pub mod fake;
 mod http;
+pub mod networks;
 pub mod redfish;
 pub mod tls;
 
 pub use address::{BmcAddress, Driver, SCHEMES, Scheme, SchemeError, Transport, scheme_of};
 pub use error::BmcError;
 pub use fake::{FakeBmc, FakeCounters};
+pub use networks::{BmcNetworks, NetworksError};
 pub use redfish::RedfishBmc;
 pub use tls::{TrustAnchors, TrustAnchorsError};
 
@@ -171,6 +173,9 @@ pub struct ConnectOptions {
     pub trust: TrustAnchors,
     /// The bound on each request, connection and TLS handshake included.
     pub timeout: Duration,
+    /// The networks the BMC may be in; `None` for any. Every address the BMC's name resolves to
+    /// is checked before a connection is made to it.
+    pub permitted: Option<BmcNetworks>,
 }
 
 impl Default for ConnectOptions {
@@ -179,6 +184,7 @@ impl Default for ConnectOptions {
             disable_certificate_verification: false,
             trust: TrustAnchors::system(),
             timeout: Duration::from_secs(30),
+            permitted: None,
         }
     }
 }

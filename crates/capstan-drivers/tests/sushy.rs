@@ -206,6 +206,7 @@ fn options() -> ConnectOptions {
         disable_certificate_verification: false,
         trust: TrustAnchors::system(),
         timeout: Duration::from_secs(10),
+        permitted: None,
     }
 }
 

@@ -17,10 +17,15 @@ use capstan_model::metal3::{
     BareMetalHost, BareMetalHostStatus, HardwareData, HardwareDataSpec, OperationMetric,
 };
 use capstan_runtime::secrets::SecretCache;
+use capstan_runtime::tables::ObjectCaches;
 use capstan_runtime::{Action, Context, EventType, Reconciler};
 use capstan_runtime::{conditions, patch};
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Controller;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -51,6 +56,8 @@ pub enum HostError {
     Status(#[from] patch::PatchError),
     #[error("serialising the status")]
     Serialise(#[source] Box<serde_json::Error>),
+    #[error("the namespace's BMC networks")]
+    Networks(#[from] crate::networks::NetworksError),
 }
 
 fn api_error(
@@ -178,34 +185,77 @@ async fn read_credentials(
     }
 }
 
+/// What a pass can do with the host's BMC.
+#[derive(Default)]
+struct BmcAccess {
+    provisioner: Option<Arc<dyn Provisioner>>,
+    /// Why there is no provisioner (bad address, missing credentials, a network not permitted).
+    error: Option<String>,
+    /// The credentials Secret's resourceVersion, when it was read.
+    credentials_version: Option<String>,
+    /// The [`crate::networks::CONDITION_BMC_PERMITTED`] condition, when the namespace permits
+    /// some networks only.
+    permitted: Option<Condition>,
+}
+
+impl BmcAccess {
+    fn refused(error: String) -> Self {
+        Self {
+            error: Some(error),
+            ..Self::default()
+        }
+    }
+}
+
 impl HostController {
-    /// The provisioner for `host`, or why there is none.
+    /// The provisioner for `host`, or why there is none. The namespace's BMC networks are
+    /// checked first: a host whose BMC is outside them gets nothing read and nothing sent.
     async fn provisioner_for(
         &self,
         client: &Client,
         secrets: &SecretCache,
         host: &BareMetalHost,
         namespace: &str,
-    ) -> Result<(Option<Arc<dyn Provisioner>>, Option<String>, Option<String>), HostError> {
+    ) -> Result<BmcAccess, HostError> {
         let Some(bmc) = host.spec.bmc.as_ref().filter(|b| !b.address.is_empty()) else {
-            return Ok((None, Some("spec.bmc.address is empty".into()), None));
+            return Ok(BmcAccess::refused("spec.bmc.address is empty".into()));
         };
         let address = match capstan_drivers::BmcAddress::parse(&bmc.address) {
             Ok(address) => address,
-            Err(err) => return Ok((None, Some(format!("spec.bmc.address: {err}")), None)),
+            Err(err) => return Ok(BmcAccess::refused(format!("spec.bmc.address: {err}"))),
         };
+        let permission = crate::networks::permission(client, namespace, &address).await?;
+        if let Some(refusal) = permission.refusal {
+            return Ok(BmcAccess {
+                permitted: permission.condition,
+                ..BmcAccess::refused(refusal)
+            });
+        }
         let (credentials, version) = match read_credentials(secrets, host, namespace).await? {
             Ok(found) => found,
-            Err(message) => return Ok((None, Some(message), None)),
+            Err(message) => {
+                return Ok(BmcAccess {
+                    permitted: permission.condition,
+                    ..BmcAccess::refused(message)
+                });
+            }
         };
         let options = ConnectOptions {
             disable_certificate_verification: bmc.disable_certificate_verification == Some(true),
             trust: self.settings.bmc_trust.clone(),
             timeout: self.settings.bmc_timeout,
+            permitted: permission.networks,
         };
         let driver = match capstan_drivers::connect(&bmc.address, credentials, options) {
             Ok(driver) => driver,
-            Err(err) => return Ok((None, Some(format!("spec.bmc.address: {err}")), version)),
+            Err(err) => {
+                return Ok(BmcAccess {
+                    error: Some(format!("spec.bmc.address: {err}")),
+                    credentials_version: version,
+                    permitted: permission.condition,
+                    provisioner: None,
+                });
+            }
         };
         let launcher = match address.driver {
             Driver::Fake if self.settings.simulate_fake_agents => AgentLauncher::Simulated {
@@ -221,7 +271,12 @@ impl HostController {
             launcher,
             self.settings.boot_timeout,
         ));
-        Ok((Some(provisioner), None, version))
+        Ok(BmcAccess {
+            provisioner: Some(provisioner),
+            error: None,
+            credentials_version: version,
+            permitted: permission.condition,
+        })
     }
 
     /// The host's config drive from its Secrets.
@@ -382,6 +437,29 @@ impl Reconciler for HostController {
         true
     }
 
+    /// A Namespace's change (its BMC networks) wakes its hosts.
+    fn configure_with_caches(
+        &self,
+        controller: Controller<BareMetalHost>,
+        client: &Client,
+        objects: &ObjectCaches,
+    ) -> Controller<BareMetalHost> {
+        let hosts = objects.store::<BareMetalHost>().reader();
+        controller.watches(
+            Api::<Namespace>::all(client.clone()),
+            watcher::Config::default(),
+            move |namespace: Namespace| {
+                let name = namespace.name_any();
+                hosts
+                    .state()
+                    .iter()
+                    .filter(|host| host.namespace().as_deref() == Some(name.as_str()))
+                    .map(|host| ObjectRef::from_obj(&**host))
+                    .collect::<Vec<_>>()
+            },
+        )
+    }
+
     async fn reconcile(
         &self,
         host: Arc<BareMetalHost>,
@@ -431,7 +509,7 @@ impl Reconciler for HostController {
                 )));
             }
         }
-        let (provisioner, provisioner_error, credentials_version) = self
+        let access = self
             .provisioner_for(&client, context.secrets(), &host, &namespace)
             .await?;
         let config_drive = if state == ProvisioningState::Provisioning && !deleting {
@@ -444,9 +522,9 @@ impl Reconciler for HostController {
         let mut pass = Pass {
             host: &host,
             status: status.clone(),
-            provisioner,
-            provisioner_error,
-            credentials_version,
+            provisioner: access.provisioner,
+            provisioner_error: access.error,
+            credentials_version: access.credentials_version,
             config_drive,
             effects: Effects::default(),
         };
@@ -516,6 +594,17 @@ impl Reconciler for HostController {
             }
             Step::Released => Action::await_change(),
         };
+        match access.permitted {
+            Some(condition) => {
+                conditions::set_condition(&mut new_status.conditions, condition, &now);
+            }
+            None => {
+                conditions::remove(
+                    &mut new_status.conditions,
+                    crate::networks::CONDITION_BMC_PERMITTED,
+                );
+            }
+        }
         new_status.operational_status = if host
             .metadata
             .annotations

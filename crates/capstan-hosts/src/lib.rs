@@ -7,6 +7,8 @@
 //!   registry of agent sessions it shares with the provisioner.
 //! - [`config_drive`]: the `config-2` ISO each host gets from its userData/networkData/metaData.
 //! - [`hardware`]: `status.hardware` from a BMC's inventory, for simulated agents.
+//! - [`networks`]: the BMC networks a namespace's hosts may use, set by the platform team on the
+//!   Namespace.
 //! - [`controller`]: the reconciler that runs the machine and writes the outcome.
 
 pub mod agent_server;
@@ -14,6 +16,7 @@ pub mod config_drive;
 pub mod controller;
 pub mod hardware;
 pub mod machine;
+pub mod networks;
 pub mod provisioner;
 pub mod state;
 

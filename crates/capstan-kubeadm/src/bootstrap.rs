@@ -10,7 +10,9 @@
 //!    workload cluster until the Machine has a `nodeRef`; nothing is ever rendered twice.
 //! 3. Wait for the Cluster's `controlPlaneEndpoint`.
 //! 4. Control plane not initialised (`Cluster.status.initialization.controlPlaneInitialized`):
-//!    workers and joining control planes wait; a control-plane config with init/cluster
+//!    workers and joining control planes wait. The files' `contentFrom` and the users'
+//!    `passwdFrom` Secrets are resolved, their sizes bounded before any is read
+//!    ([`MAX_BOOTSTRAP_DATA_BYTES`]); then a control-plane config with init/cluster
 //!    configuration takes the init lock (ConfigMap `<cluster>-lock`, data `lock-information`
 //!    `{"machineName": …}`, owned by the Cluster, as Cluster API keeps it) and renders
 //!    `kubeadm init`. The lock outlives restarts; it is released once the control plane is
@@ -25,7 +27,8 @@
 //!
 //! Conditions: `Ready`, `DataSecretAvailable` (reasons `WaitingForMachine`,
 //! `WaitingForControlPlaneEndpoint`, `WaitingForControlPlaneInitialized`, `WaitingForInitLock`,
-//! `WaitingForWorkloadCluster`, `InvalidSpec`, `MissingSecret`, `DataSecretCreated`) and
+//! `WaitingForWorkloadCluster`, `InvalidSpec`, `MissingSecret`, `BootstrapDataTooLarge`,
+//! `DataSecretCreated`) and
 //! `BootstrapSucceeded` from the node's reports ([`crate::report`]).
 
 use crate::certs::{self, CertError, ClusterCertificates, KeyMaterial, Purpose};
@@ -362,6 +365,96 @@ fn secret_text(secret: &Secret, key: &str) -> Option<String> {
         .map(|v| String::from_utf8_lossy(&v.0).into_owned())
 }
 
+/// The most bytes of bootstrap data a machine may have: the cloud-config in its data Secret,
+/// and the file contents and passwords that go into it. The data Secret is written through the
+/// API, whose write limit is 3 MiB, and a Secret's values travel base64-encoded (4/3 of their
+/// size): 2 MiB of data is 2.67 MiB on the wire, leaving room for the rest of the Secret.
+pub const MAX_BOOTSTRAP_DATA_BYTES: usize = 2 * 1024 * 1024;
+
+/// Condition reason: the bootstrap data would be over [`MAX_BOOTSTRAP_DATA_BYTES`].
+pub const REASON_DATA_TOO_LARGE: &str = "BootstrapDataTooLarge";
+
+/// A size for messages: bytes below 1 KiB, else KiB or MiB with one decimal, and the bytes.
+fn size_text(bytes: usize) -> String {
+    const KIB: usize = 1024;
+    const MIB: usize = 1024 * 1024;
+    let tenths = |unit: usize| {
+        let tenths = bytes.saturating_mul(10) / unit;
+        format!("{}.{}", tenths / 10, tenths % 10)
+    };
+    if bytes >= MIB {
+        format!("{} MiB ({bytes} bytes)", tenths(MIB))
+    } else if bytes >= KIB {
+        format!("{} KiB ({bytes} bytes)", tenths(KIB))
+    } else {
+        format!("{bytes} bytes")
+    }
+}
+
+/// Why a config's files cannot be had (yet): the message says what to fix.
+enum Unresolved {
+    /// A referenced Secret or key does not exist.
+    Missing(String),
+    /// The contents add up to more than [`MAX_BOOTSTRAP_DATA_BYTES`].
+    TooLarge(String),
+}
+
+/// One key of a Secret the cache holds, not yet read.
+struct SecretValue {
+    secret: Arc<Secret>,
+    key: String,
+    namespace: String,
+}
+
+impl SecretValue {
+    fn len(&self) -> usize {
+        self.secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(&self.key))
+            .map_or(0, |v| v.0.len())
+    }
+
+    fn text(&self) -> String {
+        secret_text(&self.secret, &self.key).unwrap_or_default()
+    }
+}
+
+/// Where a file's content comes from.
+enum Content<'a> {
+    Inline(&'a str),
+    Secret(SecretValue),
+}
+
+impl Content<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Content::Inline(text) => text.len(),
+            Content::Secret(value) => value.len(),
+        }
+    }
+
+    fn text(&self) -> String {
+        match self {
+            Content::Inline(text) => (*text).to_owned(),
+            Content::Secret(value) => value.text(),
+        }
+    }
+
+    /// Where file `index` at `path` gets this content from, for messages.
+    fn origin(&self, index: usize, path: &str) -> String {
+        match self {
+            Content::Inline(_) => format!("spec.files[{index}] ({path})"),
+            Content::Secret(value) => format!(
+                "spec.files[{index}] ({path}) from key {:?} of Secret {}/{}",
+                value.key,
+                value.namespace,
+                value.secret.name_any()
+            ),
+        }
+    }
+}
+
 impl BootstrapController {
     /// Keeps the token of a joining node alive until its Machine has a `nodeRef`. Returns when to
     /// look again.
@@ -458,98 +551,146 @@ impl BootstrapController {
         Ok(Some((ttl / 3).max(Duration::from_secs(1))))
     }
 
+    /// The spec's `files` (their `contentFrom` read from Secrets) and the users' `passwdFrom`
+    /// passwords; `Ok(Err(message))` says what to fix.
+    ///
+    /// Every referenced value is measured before any is read: the Secret cache hands out shared
+    /// objects, so a lookup copies nothing, and only once the contents add up to no more than
+    /// [`MAX_BOOTSTRAP_DATA_BYTES`] are they copied into the files. Before, 200 `contentFrom`
+    /// entries naming a 2 MB Secret were expanded into 400 MB of files (and a cloud-config as
+    /// large) per config, only for the write of the data Secret to be refused.
     async fn resolve_files(
         secrets: &SecretCache,
         spec: &Value,
         namespace: &str,
-    ) -> Result<Result<(Vec<WriteFile>, Vec<(String, String)>), String>, BootstrapError> {
-        let mut files = Vec::new();
-        let items = spec
+    ) -> Result<Result<(Vec<WriteFile>, Vec<(String, String)>), Unresolved>, BootstrapError> {
+        let files = spec
             .get("files")
             .and_then(Value::as_array)
-            .cloned()
+            .map(Vec::as_slice)
             .unwrap_or_default();
-        for (index, file) in items.iter().enumerate() {
-            let path = file
-                .get("path")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned();
-            let content = match file.pointer("/contentFrom/secret") {
-                Some(from) => {
-                    let name = from.get("name").and_then(Value::as_str).unwrap_or_default();
-                    let key = from.get("key").and_then(Value::as_str).unwrap_or_default();
-                    let secret = secrets
-                        .get(namespace, name)
-                        .await
-                        .map_err(api_error("reading", "Secret", namespace, name))?;
-                    match secret.as_deref().and_then(|s| secret_text(s, key)) {
-                        Some(content) => content,
-                        None => {
-                            return Ok(Err(format!(
-                                "spec.files[{index}] ({path}): contentFrom names key {key:?} of Secret {namespace}/{name}, which does not exist; create it"
-                            )));
-                        }
-                    }
-                }
-                None => file
-                    .get("content")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_owned(),
-            };
-            files.push(WriteFile {
-                path,
-                owner: file
-                    .get("owner")
-                    .and_then(Value::as_str)
-                    .unwrap_or("root:root")
-                    .to_owned(),
-                permissions: file
-                    .get("permissions")
-                    .and_then(Value::as_str)
-                    .unwrap_or("0644")
-                    .to_owned(),
-                encoding: file
-                    .get("encoding")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned),
-                append: file.get("append").and_then(Value::as_bool).unwrap_or(false),
-                content,
-            });
-        }
-        let mut passwords = Vec::new();
         let users = spec
             .get("users")
             .and_then(Value::as_array)
-            .cloned()
+            .map(Vec::as_slice)
             .unwrap_or_default();
+        let mut contents = Vec::with_capacity(files.len());
+        let mut total = 0usize;
+        // The largest single content, for the message: (bytes, where it comes from).
+        let mut largest: Option<(usize, String)> = None;
+        for (index, file) in files.iter().enumerate() {
+            let path = file.get("path").and_then(Value::as_str).unwrap_or_default();
+            let field = format!("spec.files[{index}] ({path}): contentFrom");
+            let content = match file.pointer("/contentFrom/secret") {
+                Some(from) => match Self::referenced(secrets, from, namespace, &field).await? {
+                    Ok(found) => Content::Secret(found),
+                    Err(message) => return Ok(Err(Unresolved::Missing(message))),
+                },
+                None => Content::Inline(
+                    file.get("content")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default(),
+                ),
+            };
+            let size = content.len();
+            total = total.saturating_add(size);
+            if largest.as_ref().is_none_or(|(bytes, _)| size > *bytes) {
+                largest = Some((size, content.origin(index, path)));
+            }
+            contents.push(content);
+        }
+        let mut passwords = Vec::new();
         for (index, user) in users.iter().enumerate() {
             let Some(from) = user.pointer("/passwdFrom/secret") else {
                 continue;
             };
-            let name = from.get("name").and_then(Value::as_str).unwrap_or_default();
-            let key = from.get("key").and_then(Value::as_str).unwrap_or_default();
-            let secret = secrets
-                .get(namespace, name)
-                .await
-                .map_err(api_error("reading", "Secret", namespace, name))?;
-            match secret.as_deref().and_then(|s| secret_text(s, key)) {
-                Some(password) => passwords.push((
-                    user.get("name")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .to_owned(),
-                    password,
-                )),
-                None => {
-                    return Ok(Err(format!(
-                        "spec.users[{index}]: passwdFrom names key {key:?} of Secret {namespace}/{name}, which does not exist; create it"
-                    )));
+            let field = format!("spec.users[{index}]: passwdFrom");
+            match Self::referenced(secrets, from, namespace, &field).await? {
+                Ok(found) => {
+                    total = total.saturating_add(found.len());
+                    passwords.push((index, found));
                 }
+                Err(message) => return Ok(Err(Unresolved::Missing(message))),
             }
         }
-        Ok(Ok((files, passwords)))
+        if total > MAX_BOOTSTRAP_DATA_BYTES {
+            let largest = largest
+                .map(|(bytes, origin)| format!("; the largest is {origin}: {}", size_text(bytes)))
+                .unwrap_or_default();
+            return Ok(Err(Unresolved::TooLarge(format!(
+                "spec.files and spec.users add up to {} in {} files, over the {} a machine's bootstrap data may hold (its data Secret must fit the API's 3 MiB write limit){largest}. Put large files into the OS image, or fetch them when the machine boots (preKubeadmCommands)",
+                size_text(total),
+                files.len(),
+                size_text(MAX_BOOTSTRAP_DATA_BYTES),
+            ))));
+        }
+        let mut written = Vec::with_capacity(files.len());
+        for (file, content) in files.iter().zip(contents) {
+            let text = |field: &str| file.get(field).and_then(Value::as_str);
+            written.push(WriteFile {
+                path: text("path").unwrap_or_default().to_owned(),
+                owner: text("owner").unwrap_or("root:root").to_owned(),
+                permissions: text("permissions").unwrap_or("0644").to_owned(),
+                encoding: text("encoding").map(str::to_owned),
+                append: file.get("append").and_then(Value::as_bool).unwrap_or(false),
+                content: content.text(),
+            });
+        }
+        let passwords = passwords
+            .into_iter()
+            .map(|(index, found)| {
+                let name = users[index]
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned();
+                (name, found.text())
+            })
+            .collect();
+        Ok(Ok((written, passwords)))
+    }
+
+    /// The Secret key `from` (`{name, key}`) names, without reading its value; `Ok(Err(message))`
+    /// when the Secret or the key does not exist, saying which of the two (`field` says where the
+    /// reference is).
+    async fn referenced(
+        secrets: &SecretCache,
+        from: &Value,
+        namespace: &str,
+        field: &str,
+    ) -> Result<Result<SecretValue, String>, BootstrapError> {
+        let name = from.get("name").and_then(Value::as_str).unwrap_or_default();
+        let key = from.get("key").and_then(Value::as_str).unwrap_or_default();
+        let Some(secret) = secrets
+            .get(namespace, name)
+            .await
+            .map_err(api_error("reading", "Secret", namespace, name))?
+        else {
+            return Ok(Err(format!(
+                "{field} names Secret {namespace}/{name}, which does not exist; create it"
+            )));
+        };
+        if !secret.data.as_ref().is_some_and(|d| d.contains_key(key)) {
+            let keys: Vec<&str> = secret
+                .data
+                .iter()
+                .flatten()
+                .map(|(k, _)| k.as_str())
+                .collect();
+            return Ok(Err(format!(
+                "{field} names key {key:?} of Secret {namespace}/{name}, which has no such key (it has: {}); add the key or fix the reference",
+                if keys.is_empty() {
+                    "none".to_owned()
+                } else {
+                    keys.join(", ")
+                }
+            )));
+        }
+        Ok(Ok(SecretValue {
+            secret,
+            key: key.to_owned(),
+            namespace: namespace.to_owned(),
+        }))
     }
 
     /// Takes the init lock of `cluster` for `machine`; `Ok(false)` when another Machine holds it.
@@ -759,21 +900,20 @@ impl BootstrapController {
                     ),
                 ));
             }
-            if let Err(message) =
-                Self::acquire_init_lock(client, cluster, &machine.name_any(), namespace).await?
-            {
-                return Ok(Outcome::Waiting {
-                    reason: "WaitingForInitLock",
-                    message,
-                    requeue: Some(POLL),
-                    warn: false,
-                });
-            }
             Role::Init
         };
+        // Before the init lock: a config whose files cannot be had must not hold it.
         let (files, passwords) = match Self::resolve_files(cache, spec, namespace).await? {
             Ok(resolved) => resolved,
-            Err(message) => {
+            Err(Unresolved::TooLarge(message)) => {
+                return Ok(Outcome::Waiting {
+                    reason: REASON_DATA_TOO_LARGE,
+                    message,
+                    requeue: None,
+                    warn: true,
+                });
+            }
+            Err(Unresolved::Missing(message)) => {
                 return Ok(Outcome::Waiting {
                     reason: "MissingSecret",
                     message,
@@ -782,6 +922,17 @@ impl BootstrapController {
                 });
             }
         };
+        if role == Role::Init
+            && let Err(message) =
+                Self::acquire_init_lock(client, cluster, &machine.name_any(), namespace).await?
+        {
+            return Ok(Outcome::Waiting {
+                reason: "WaitingForInitLock",
+                message,
+                requeue: Some(POLL),
+                warn: false,
+            });
+        }
         let owner_cluster = owner_reference(cluster, false);
         // The keys written to the node: every key pair for control planes, none for workers.
         let certificates: Option<ClusterCertificates>;
@@ -908,6 +1059,20 @@ impl BootstrapController {
             passwords,
             reporting,
         })?;
+        // The contents were bounded before they were read; what the cloud-config adds (keys,
+        // kubeadm documents, YAML quoting) is bounded here, before the write would be refused.
+        if cloud_config.len() > MAX_BOOTSTRAP_DATA_BYTES {
+            return Ok(Outcome::Waiting {
+                reason: REASON_DATA_TOO_LARGE,
+                message: format!(
+                    "the bootstrap data would be {}, over the {} a machine's bootstrap data may hold (its data Secret must fit the API's 3 MiB write limit); make spec.files smaller",
+                    size_text(cloud_config.len()),
+                    size_text(MAX_BOOTSTRAP_DATA_BYTES),
+                ),
+                requeue: None,
+                warn: true,
+            });
+        }
         let mut data = certs::cluster_secret(
             &name,
             namespace,
@@ -1313,6 +1478,16 @@ impl Reconciler for BootstrapController {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_in_messages_have_their_unit_and_the_bytes() {
+        assert_eq!(
+            size_text(MAX_BOOTSTRAP_DATA_BYTES),
+            "2.0 MiB (2097152 bytes)"
+        );
+        assert_eq!(size_text(1536), "1.5 KiB (1536 bytes)");
+        assert_eq!(size_text(12), "12 bytes");
+    }
 
     #[test]
     fn bootstrap_tokens_have_kubeadm_shape() {

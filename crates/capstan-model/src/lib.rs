@@ -17,6 +17,7 @@ pub mod kubeadm;
 pub mod kvm;
 pub mod meta;
 pub mod metal3;
+pub mod names;
 pub mod network_data;
 pub mod path;
 pub mod resource;

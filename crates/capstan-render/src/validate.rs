@@ -199,12 +199,23 @@ impl<'s> Checker<'s> {
                     spec.name
                 ),
             );
-        } else if spec.name.len() > 40 {
-            // Object names and the deployment-name label are `<cluster>-<pool>`, and label values
-            // are limited to 63 characters.
+        } else if let Some(refusal) = derived_name_refusal(
+            "controlplane.cluster.x-k8s.io",
+            "KubeadmControlPlane",
+            &crate::cluster::Names::new(&spec.name).control_plane(),
+        ) {
+            self.error(
+                &path("name"),
+                format!(
+                    "the control plane's name `{}-control-plane` {refusal}; shorten the cluster name",
+                    spec.name
+                ),
+            );
+        } else if spec.name.len() > 30 {
+            // The MachineDeployments are `<cluster>-<pool>`, whose names have a bound of their own.
             self.warn(
                 &path("name"),
-                "long cluster names leave little room for pool names: `<cluster>-<pool>` must fit in 63 characters",
+                "long cluster names leave little room for pool names: `<cluster>-<pool>` must fit the MachineDeployment name limit",
             );
         }
         if !is_dns1123_label(&spec.namespace) {
@@ -746,11 +757,15 @@ impl<'s> Checker<'s> {
                         pool.name
                     ),
                 );
-            } else if spec.name.len() + 1 + pool.name.len() > 63 {
+            } else if let Some(refusal) = derived_name_refusal(
+                "cluster.x-k8s.io",
+                "MachineDeployment",
+                &crate::cluster::Names::new(&spec.name).pool(&pool.name),
+            ) {
                 self.error(
                     &at.key("name"),
                     format!(
-                        "`{}-{}` is longer than 63 characters, the limit of the label that ties machines to their MachineDeployment; shorten the pool or cluster name",
+                        "the MachineDeployment's name `{}-{}` {refusal}; shorten the pool or cluster name",
                         spec.name, pool.name
                     ),
                 );
@@ -818,6 +833,13 @@ impl<'s> Checker<'s> {
                         "{:?} is not a valid host name; use lowercase letters, digits, '-' and '.'",
                         host.name
                     ),
+                );
+            } else if let Some(refusal) =
+                derived_name_refusal("metal3.io", "BareMetalHost", &host.name)
+            {
+                self.error(
+                    &at.key("name"),
+                    format!("the BareMetalHost's name {:?} {refusal}", host.name),
                 );
             }
             if let Some(first) = names.insert(host.name.as_str(), index) {
@@ -1827,6 +1849,12 @@ pub(crate) fn parse_mac(text: &str) -> Option<String> {
             .iter()
             .all(|p| p.len() == 2 && p.bytes().all(|b| b.is_ascii_hexdigit()));
     valid.then(|| text.to_ascii_lowercase())
+}
+
+/// Why the API server would refuse a `group`/`kind` object named `name` (the bound on names
+/// capstan derives other names from), when it would.
+fn derived_name_refusal(group: &str, kind: &str, name: &str) -> Option<String> {
+    capstan_model::names::name_limit(group, kind).and_then(|limit| limit.refusal(name))
 }
 
 /// RFC 1123 label: 1-63 of `[a-z0-9-]`, alphanumeric at both ends.

@@ -544,6 +544,20 @@ impl Store {
         .await
     }
 
+    /// Counts the objects of `resource` in `namespace` (for quotas: answered by the primary key's
+    /// range, without reading the objects).
+    pub async fn count_in(&self, resource: String, namespace: String) -> Result<u64, StoreError> {
+        self.read(move |conn| {
+            let n: i64 = conn
+                .prepare_cached(
+                    "SELECT COUNT(*) FROM objects WHERE resource = ?1 AND namespace = ?2",
+                )?
+                .query_row(params![resource, namespace], |r| r.get(0))?;
+            Ok(u64::try_from(n).unwrap_or_default())
+        })
+        .await
+    }
+
     /// Follows changes of `resource` (in `namespace`, or all) after resourceVersion `after`.
     /// Fails with [`StoreError::Gone`] if that version is older than the retained log.
     /// With `bookmarks`, a [`WatchItem::Bookmark`] is sent after that much quiet: every change of the

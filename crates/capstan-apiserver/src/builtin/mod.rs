@@ -1,7 +1,8 @@
 //! Kubernetes' own kinds as a workload cluster needs them: Nodes, Pods, Services, Endpoints and
 //! EndpointSlices, ServiceAccounts, the `apps/v1` workloads, PodDisruptionBudgets, RBAC and
 //! CertificateSigningRequests, next to the core kinds capstan already served (Namespace, Secret,
-//! ConfigMap, Event, Pod, Lease).
+//! ConfigMap, Event, Pod, Lease), and ResourceQuota for per-namespace object counts
+//! ([`quotas`]).
 //!
 //! Their schemas are Kubernetes' own, generated from the `k8s-openapi` types (so they validate and
 //! prune as kube-apiserver's typed decoding does and `kubectl explain` shows the upstream
@@ -11,6 +12,7 @@
 
 pub mod defaults;
 pub mod namespaces;
+pub mod quotas;
 pub mod schemas;
 pub mod subresources;
 pub mod tokens;
@@ -41,6 +43,14 @@ pub const KINDS: &[KindInfo] = &[
     builtin!("", "Node", "nodes", ["no"], Cluster, []),
     builtin!("", "Service", "services", ["svc"], Namespaced, ["all"]),
     builtin!("", "Endpoints", "endpoints", ["ep"], Namespaced, []),
+    builtin!(
+        "",
+        "ResourceQuota",
+        "resourcequotas",
+        ["quota"],
+        Namespaced,
+        []
+    ),
     builtin!(
         "",
         "ServiceAccount",
@@ -156,7 +166,7 @@ pub fn is_typed(group: &str, kind: &str) -> bool {
 /// Whether the kind has a `status` subresource, when this module decides it.
 pub fn has_status(group: &str, kind: &str) -> Option<bool> {
     match (group, kind) {
-        ("", "Node" | "Service" | "Pod" | "Namespace")
+        ("", "Node" | "Service" | "Pod" | "Namespace" | "ResourceQuota")
         | ("apps", _)
         | ("policy", "PodDisruptionBudget")
         | ("certificates.k8s.io", _) => Some(true),
@@ -243,6 +253,7 @@ pub fn printer_columns(group: &str, kind: &str) -> Option<Vec<Value>> {
             age,
         ],
         ("", "ServiceAccount") => vec![col("Secrets", "integer", "=count:.secrets", 0), age],
+        ("", "ResourceQuota") => vec![age, col("Request", "string", "=quota-usage:.status", 0)],
         ("", "ConfigMap") => vec![col("Data", "integer", "=count:.data,.binaryData", 0), age],
         ("", "Secret") => vec![
             col("Type", "string", ".type", 0),

@@ -185,6 +185,10 @@ fn generators() -> Generators {
         m.insert(("", "Service"), schema_of::<api::core::v1::Service>);
         m.insert(("", "Endpoints"), schema_of::<api::core::v1::Endpoints>);
         m.insert(
+            ("", "ResourceQuota"),
+            schema_of::<api::core::v1::ResourceQuota>,
+        );
+        m.insert(
             ("", "ServiceAccount"),
             schema_of::<api::core::v1::ServiceAccount>,
         );
