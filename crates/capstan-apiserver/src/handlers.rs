@@ -1138,6 +1138,40 @@ fn crd_invalid(object: &Value, field: &str, message: String) -> ApiError {
     }
 }
 
+/// A version's schema may constrain nothing of the root `metadata` but `name` and `generateName`:
+/// the API server validates ObjectMeta itself. kube-apiserver refuses anything else with this very
+/// message; so does capstan, or a definition accepted here would fail on a real cluster.
+fn check_root_metadata(object: &Value) -> Result<(), ApiError> {
+    const ALLOWED: &[&str] = &["type", "description", "properties"];
+    let versions = object["spec"]["versions"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    for (index, version) in versions.iter().enumerate() {
+        let metadata = &version["schema"]["openAPIV3Schema"]["properties"]["metadata"];
+        let Some(fields) = metadata.as_object() else {
+            continue;
+        };
+        let forbidden = fields.keys().any(|key| !ALLOWED.contains(&key.as_str()))
+            || metadata["type"].as_str().is_some_and(|t| t != "object")
+            || metadata["properties"]
+                .as_object()
+                .is_some_and(|properties| {
+                    properties
+                        .keys()
+                        .any(|key| key != "name" && key != "generateName")
+                });
+        if forbidden {
+            return Err(crd_invalid(
+                object,
+                &format!("spec.versions[{index}].schema.openAPIV3Schema.properties[metadata]"),
+                "Forbidden: must not specify anything other than name and generateName, but metadata is implicitly specified".into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Every CEL rule of every version's schema must compile, as kube-apiserver requires: a definition
 /// with one that does not is refused, each such rule named by its field.
 fn check_rules_compile(object: &Value, crd: &capstan_schema::CrdInfo) -> Result<(), ApiError> {
@@ -1225,6 +1259,7 @@ fn admit_crd(object: &mut Value) -> Result<capstan_schema::CrdInfo, ApiError> {
             ),
         ));
     }
+    check_root_metadata(object)?;
     let crd = capstan_schema::CrdInfo::from_value(object).map_err(|e| ApiError::Invalid {
         group: "apiextensions.k8s.io".into(),
         kind: "CustomResourceDefinition".into(),

@@ -161,3 +161,43 @@ fn definitions_that_would_break_served_kinds_are_refused() {
     );
     assert!(!out.status.success(), "the new schema is enforced");
 }
+
+/// A schema that constrains the root `metadata` beyond `name` and `generateName` is refused with
+/// kube-apiserver's own message (found by applying `capstan crds` to a real kube-apiserver 1.35);
+/// constraints on `name` alone are accepted, as there.
+#[test]
+fn schemas_that_constrain_object_meta_are_refused_as_kube_apiserver_refuses_them() {
+    let server = start();
+    let with_metadata = |metadata: Value| {
+        json!([{
+            "name": "v1", "served": true, "storage": true,
+            "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                "metadata": metadata,
+                "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+            }}},
+        }])
+    };
+    refused(
+        &server,
+        &crd(
+            "example.com",
+            "Widget",
+            "widgets",
+            with_metadata(json!({"type": "object", "properties": {
+                "labels": {"type": "object", "additionalProperties": {"type": "string"}}
+            }})),
+            json!({}),
+        ),
+        "spec.versions[0].schema.openAPIV3Schema.properties[metadata]: Forbidden: must not specify anything other than name and generateName, but metadata is implicitly specified",
+    );
+    let accepted = crd(
+        "example.com",
+        "Gadget",
+        "gadgets",
+        with_metadata(json!({"type": "object", "properties": {
+            "name": {"type": "string", "maxLength": 40}
+        }})),
+        json!({}),
+    );
+    ok(&kubectl(&server, &["apply", "-f", "-"], Some(&accepted)));
+}
