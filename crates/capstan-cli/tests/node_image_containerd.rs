@@ -5,12 +5,12 @@
 //! with `ctr images import`. Checked: every image `kubeadm config images list` names is in the
 //! `k8s.io` namespace under its reference with the manifest digest capstan wrote, complete and
 //! unpacked; and the pause image runs under runc (as its unprivileged user) until SIGTERM stops
-//! it, exiting 0.
+//! it, exiting 0. And a directory with a binary missing, of another release or not executable is
+//! refused before anything is built, naming the binary and what to do.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use serde_json::Value;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -266,48 +266,38 @@ fn the_archives_import_into_containerd_under_kubeadms_references_and_pause_runs(
         assert!(line.trim_end().ends_with("true"), "not unpacked: {line}");
     }
 
-    // The pause image as a sandbox runs it: its entrypoint, its user, until SIGTERM.
+    // The pause image as a sandbox runs it: its entrypoint, its user, until SIGTERM. `ctr run` in
+    // the foreground ends with the task, and says why it could not start in its output.
     let pause = wanted.iter().find(|r| r.contains("/pause:")).unwrap();
-    let mut events = containerd
-        .ctr_command()
-        .arg("events")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let _events_watchdog = kill_after(events.id(), Duration::from_secs(120));
-    let run = containerd
+    let run_log = work.path().join("ctr-run.log");
+    let run_out = std::fs::File::create(&run_log).unwrap();
+    let mut run = containerd
         .ctr_command()
         .args(["run", "--rm", pause, "capstan-pause-test"])
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stdout(run_out.try_clone().unwrap())
+        .stderr(run_out)
         .spawn()
         .unwrap();
     let _run_watchdog = kill_after(run.id(), Duration::from_secs(120));
-    // The task's start event says pause is running; no guessing how long that takes.
-    let mut started = false;
-    for line in BufReader::new(events.stdout.take().unwrap()).lines() {
-        let line = line.unwrap_or_default();
-        if line.contains("/tasks/start") && line.contains("capstan-pause-test") {
-            started = true;
-            break;
-        }
-    }
-    let _ = events.kill();
-    let _ = events.wait();
+    let running = |containerd: &Containerd| {
+        containerd
+            .ctr(&["tasks", "ls"])
+            .lines()
+            .any(|l| l.starts_with("capstan-pause-test") && l.contains("RUNNING"))
+    };
+    let mut ended = None;
+    capstan_testkit::until(Duration::from_secs(60), || {
+        ended = run.try_wait().ok().flatten();
+        ended.is_some() || running(&containerd)
+    });
     assert!(
-        started,
-        "pause never started; containerd's log:\n{}",
+        ended.is_none() && running(&containerd),
+        "pause is not running (ctr run: {ended:?}): {}\n--- containerd's log ---\n{}",
+        std::fs::read_to_string(&run_log).unwrap_or_default(),
         std::fs::read_to_string(&containerd.log).unwrap_or_default()
     );
     let processes = containerd.ctr(&["tasks", "ls"]);
-    assert!(
-        processes
-            .lines()
-            .any(|l| l.starts_with("capstan-pause-test") && l.contains("RUNNING")),
-        "{processes}"
-    );
     // Its process runs as the image's user, 65535 (upstream pause's).
     let pid = processes
         .lines()
@@ -325,18 +315,91 @@ fn the_archives_import_into_containerd_under_kubeadms_references_and_pause_runs(
         .unwrap()
         .to_owned();
     assert_eq!(uid, "65535", "{status}");
-    containerd.ctr(&["tasks", "kill", "--signal", "SIGTERM", "capstan-pause-test"]);
-    let finished = run.wait_with_output().unwrap();
+    // As the sandbox's PID 1, pause gets only the signals it has a handler for: SIGTERM before its
+    // handler is in would be dropped. The kernel shows the handlers (SigCgt, bit 15 - 1: SIGTERM).
+    let handles_sigterm = || {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("SigCgt:"))
+                    .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+            })
+            .is_some_and(|mask| mask & (1 << 14) != 0)
+    };
     assert!(
-        finished.status.success(),
-        "pause did not exit 0 on SIGTERM: {}\n{}{}",
-        finished.status,
-        String::from_utf8_lossy(&finished.stdout),
-        String::from_utf8_lossy(&finished.stderr)
+        capstan_testkit::until(Duration::from_secs(60), handles_sigterm),
+        "pause never installed its SIGTERM handler"
     );
+    containerd.ctr(&["tasks", "kill", "--signal", "SIGTERM", "capstan-pause-test"]);
+    let finished = run.wait().unwrap();
+    let said = std::fs::read_to_string(&run_log).unwrap_or_default();
     assert!(
-        String::from_utf8_lossy(&finished.stderr).contains("shutting down, got signal")
-            || String::from_utf8_lossy(&finished.stdout).contains("shutting down, got signal"),
-        "{finished:?}"
+        finished.success(),
+        "pause did not exit 0 on SIGTERM: {finished}\n{said}"
+    );
+    assert!(said.contains("shutting down, got signal"), "{said}");
+}
+
+/// `capstan image archives` on a copy of the binaries' directory, with `change` applied to it:
+/// (exit code, stderr).
+fn archives_of_changed_binaries(change: impl Fn(&Path)) -> (Option<i32>, String) {
+    let peers = peers_bin();
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path().join("bin");
+    std::fs::create_dir_all(&dir).unwrap();
+    for entry in std::fs::read_dir(&peers).unwrap() {
+        let entry = entry.unwrap();
+        std::os::unix::fs::symlink(entry.path(), dir.join(entry.file_name())).unwrap();
+    }
+    change(&dir);
+    let out = Command::new(env!("CARGO_BIN_EXE_capstan"))
+        .args(["image", "archives", "--kubernetes-bin"])
+        .arg(&dir)
+        .arg("--out")
+        .arg(work.path().join("out"))
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_missing_or_mismatched_binary_is_refused_with_its_name_and_what_to_do() {
+    let (code, stderr) = archives_of_changed_binaries(|dir| {
+        std::fs::remove_file(dir.join("kube-proxy")).unwrap();
+    });
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("lacks kube-proxy:"), "{stderr}");
+    assert!(stderr.contains("kubernetes/server/bin"), "{stderr}");
+
+    // A binary of another release (etcd's, under kube-proxy's name) is named with both versions.
+    let (code, stderr) = archives_of_changed_binaries(|dir| {
+        std::fs::remove_file(dir.join("kube-proxy")).unwrap();
+        std::os::unix::fs::symlink(peers_bin().join("etcd"), dir.join("kube-proxy")).unwrap();
+    });
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("kube-proxy is 3.6.6 but kubeadm is v1.35.4"),
+        "{stderr}"
+    );
+
+    // A binary that cannot be run says so, and how to fix it.
+    let (code, stderr) = archives_of_changed_binaries(|dir| {
+        std::fs::remove_file(dir.join("pause")).unwrap();
+        std::fs::copy(peers_bin().join("pause"), dir.join("pause")).unwrap();
+        std::fs::set_permissions(
+            dir.join("pause"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o644),
+        )
+        .unwrap();
+    });
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("pause is not executable: chmod +x it"),
+        "{stderr}"
     );
 }
