@@ -858,6 +858,16 @@ fn install_node_files(
             &format!("/{DEBIAN_CNI_DIR}/{name}"),
         )?;
     }
+    // The host keys openssh-server made when it was installed would be every node's, and anyone's
+    // who downloads the image: cloud-init's ssh module makes each machine its own at first boot.
+    let ssh = staged.join("etc/ssh");
+    if let Ok(entries) = std::fs::read_dir(&ssh) {
+        for entry in entries.flatten() {
+            if entry.file_name().to_string_lossy().starts_with("ssh_host_") {
+                std::fs::remove_file(entry.path()).map_err(io("removing", &entry.path()))?;
+            }
+        }
+    }
     std::fs::create_dir_all(staged.join("etc/cni/net.d"))
         .map_err(io("creating", &staged.join("etc/cni/net.d")))?;
     Ok(())

@@ -76,6 +76,8 @@ say "modules $(lsmod | awk '$1 == "br_netfilter" || $1 == "overlay" { print $1 }
 say "sysctl ip_forward=$(cat /proc/sys/net/ipv4/ip_forward) ipv6-forwarding=$(cat /proc/sys/net/ipv6/conf/default/forwarding) bridge-nf-call-iptables=$(cat /proc/sys/net/bridge/bridge-nf-call-iptables)"
 say "root size $(df -B1M --output=size / | tail -n 1 | tr -d ' ') MiB"
 say "route $(ip route show default)"
+# The image ships no SSH host keys; cloud-init made this machine its own before sshd started.
+say "ssh $(systemctl is-active ssh) host keys $(ls /etc/ssh/ssh_host_*_key | wc -l) $(sha256sum /etc/ssh/ssh_host_ed25519_key.pub | cut -c1-16)"
 version=$(kubeadm version -o short)
 ctr --namespace k8s.io images ls --quiet >/run/capstan-images 2>&1
 for image in $(kubeadm config images list --kubernetes-version "$version"); do
@@ -298,6 +300,12 @@ fn the_node_image_boots_with_containerd_kubeadm_and_every_image_kubeadm_wants() 
         "the root did not grow to the 8 GiB disk: {size} MiB\n{report}"
     );
     assert!(!report.contains("image missing"), "{report}");
+    let ssh = report
+        .lines()
+        .find_map(|l| l.strip_prefix("capstan-node: ssh "))
+        .unwrap_or_default();
+    assert!(ssh.starts_with("active host keys "), "{report}");
+    assert!(!ssh.starts_with("active host keys 0"), "{report}");
     let listed = run_ok(Command::new(peers.join("kubeadm")).args([
         "config",
         "images",
