@@ -82,8 +82,23 @@ struct Containerd {
     log: PathBuf,
 }
 
+/// The container the test runs; removed with its shim when the test ends, however it ends.
+const PAUSE_CONTAINER: &str = "capstan-pause-test";
+
 impl Drop for Containerd {
     fn drop(&mut self) {
+        // A shim outlives its containerd: the task goes first (a passing test has removed it).
+        for args in [
+            &["tasks", "rm", "--force", PAUSE_CONTAINER][..],
+            &["containers", "rm", PAUSE_CONTAINER][..],
+        ] {
+            let _ = self
+                .ctr_command()
+                .args(args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -273,7 +288,7 @@ fn the_archives_import_into_containerd_under_kubeadms_references_and_pause_runs(
     let run_out = std::fs::File::create(&run_log).unwrap();
     let mut run = containerd
         .ctr_command()
-        .args(["run", "--rm", pause, "capstan-pause-test"])
+        .args(["run", "--rm", pause, PAUSE_CONTAINER])
         .stdin(Stdio::null())
         .stdout(run_out.try_clone().unwrap())
         .stderr(run_out)
@@ -284,7 +299,7 @@ fn the_archives_import_into_containerd_under_kubeadms_references_and_pause_runs(
         containerd
             .ctr(&["tasks", "ls"])
             .lines()
-            .any(|l| l.starts_with("capstan-pause-test") && l.contains("RUNNING"))
+            .any(|l| l.starts_with(PAUSE_CONTAINER) && l.contains("RUNNING"))
     };
     let mut ended = None;
     capstan_testkit::until(Duration::from_secs(60), || {
@@ -301,7 +316,7 @@ fn the_archives_import_into_containerd_under_kubeadms_references_and_pause_runs(
     // Its process runs as the image's user, 65535 (upstream pause's).
     let pid = processes
         .lines()
-        .find(|l| l.starts_with("capstan-pause-test"))
+        .find(|l| l.starts_with(PAUSE_CONTAINER))
         .and_then(|l| l.split_whitespace().nth(1))
         .unwrap()
         .to_owned();
@@ -331,7 +346,7 @@ fn the_archives_import_into_containerd_under_kubeadms_references_and_pause_runs(
         capstan_testkit::until(Duration::from_secs(60), handles_sigterm),
         "pause never installed its SIGTERM handler"
     );
-    containerd.ctr(&["tasks", "kill", "--signal", "SIGTERM", "capstan-pause-test"]);
+    containerd.ctr(&["tasks", "kill", "--signal", "SIGTERM", PAUSE_CONTAINER]);
     let finished = run.wait().unwrap();
     let said = std::fs::read_to_string(&run_log).unwrap_or_default();
     assert!(
