@@ -15,28 +15,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
 /// The Kubernetes binaries: `CAPSTAN_PEERS_BIN`, else where `scripts/peers.sh` puts them.
 fn peers_bin() -> PathBuf {
-    let dir = match std::env::var_os("CAPSTAN_PEERS_BIN") {
-        Some(dir) => PathBuf::from(dir),
-        None => {
-            let out = Command::new("bash")
-                .arg(repo_root().join("scripts/peers.sh"))
-                .arg("--dir")
-                .output()
-                .expect("running scripts/peers.sh --dir");
-            assert!(
-                out.status.success(),
-                "scripts/peers.sh --dir: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-        }
-    };
+    // Each must be there (a missing one fails the test, naming scripts/peers.sh).
     for binary in [
         "kubeadm",
         "kubelet",
@@ -45,13 +26,9 @@ fn peers_bin() -> PathBuf {
         "coredns",
         "pause",
     ] {
-        assert!(
-            dir.join(binary).is_file(),
-            "{} has no {binary}: run scripts/peers.sh (it builds the Kubernetes binaries) or set CAPSTAN_PEERS_BIN",
-            dir.display()
-        );
+        capstan_testkit::peers::binary(binary);
     }
-    dir
+    capstan_testkit::peers::bin_dir()
 }
 
 /// Kills `pid` once `limit` has passed, unless dropped first: a hung containerd or ctr fails the
