@@ -16,6 +16,7 @@
 //! digests.
 
 use super::capstan;
+use super::testbed::run_ok;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -73,18 +74,6 @@ grep -E 'image exists|pulling|WARNING|ERROR|error' /run/capstan-preflight | sed 
 say "done"
 systemctl poweroff
 "#;
-
-fn run_ok(command: &mut Command) -> String {
-    let shown = format!("{command:?}");
-    let out = command.stdin(Stdio::null()).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{shown}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 #[test]
 fn the_node_image_boots_with_containerd_kubeadm_and_every_image_kubeadm_wants() {
@@ -180,47 +169,21 @@ fn the_node_image_boots_with_containerd_kubeadm_and_every_image_kubeadm_wants() 
 
     // The seed: the check script as user data, and a static address with a gateway as Metal3's
     // network data gives a machine (kubeadm advertises the address of the default route's NIC).
-    let seed = work.join("seed");
-    std::fs::create_dir_all(&seed).unwrap();
-    std::fs::write(
-        seed.join("meta-data"),
-        "instance-id: capstan-node-0\nlocal-hostname: node-0\n",
-    )
-    .unwrap();
-    std::fs::write(
-        seed.join("network-config"),
-        format!(
-            "version: 1\nconfig:\n  - type: physical\n    name: eth0\n    mac_address: \"{MAC}\"\n    subnets:\n      - type: static\n        address: 10.0.2.15/24\n        gateway: 10.0.2.2\n"
-        ),
-    )
-    .unwrap();
-    let indented: String = GUEST_SCRIPT
-        .lines()
-        .map(|l| format!("      {l}\n"))
-        .collect();
-    std::fs::write(
-        seed.join("user-data"),
-        format!(
-            "#cloud-config\nwrite_files:\n  - path: /root/node-check.sh\n    permissions: '0755'\n    content: |\n{indented}runcmd:\n  - [bash, /root/node-check.sh]\n"
-        ),
-    )
-    .unwrap();
     let iso = work.join("seed.iso");
-    run_ok(
-        Command::new("xorriso")
-            .args(["-as", "mkisofs", "-quiet", "-V", "cidata", "-J", "-r", "-o"])
-            .arg(&iso)
-            .arg(&seed),
+    let network_config = format!(
+        "version: 1\nconfig:\n  - type: physical\n    name: eth0\n    mac_address: \"{MAC}\"\n    subnets:\n      - type: static\n        address: 10.0.2.15/24\n        gateway: 10.0.2.2\n"
+    );
+    super::testbed::nocloud_seed(
+        &work.join("seed"),
+        &iso,
+        "instance-id: capstan-node-0\nlocal-hostname: node-0\n",
+        Some(&network_config),
+        "/root/node-check.sh",
+        GUEST_SCRIPT,
     );
     // A disk bigger than the image, as a machine's is: the root partition grows into it.
     let disk = work.join("disk.qcow2");
-    run_ok(
-        Command::new("qemu-img")
-            .args(["create", "-q", "-f", "qcow2", "-F", "qcow2", "-b"])
-            .arg(&qcow2)
-            .arg(&disk)
-            .arg("8G"),
-    );
+    super::testbed::qcow2_overlay(&qcow2, &disk, Some("8G"));
     let console = work.join("console.log");
     let mut qemu = Command::new("qemu-system-x86_64")
         .args(["-accel", "tcg", "-m", "2560", "-smp", "2", "-nographic"])

@@ -15,6 +15,7 @@
 //! The guest reports each check on its serial console (`capstan-offline: …`), powers itself off, and
 //! the test asserts the lines. Under software emulation it takes a few minutes.
 
+use super::testbed::run_ok;
 use super::{agent_bin, capstan, capstan_bin};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -102,18 +103,6 @@ say "images $(ls /var/lib/capstan/images | tr '\n' ' ')"
 say "done"
 systemctl poweroff
 "#;
-
-fn run_ok(command: &mut Command) -> String {
-    let shown = format!("{command:?}");
-    let out = command.stdin(Stdio::null()).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{shown}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 #[test]
 fn an_offline_bundle_installs_the_package_and_its_service_in_a_vm_without_network() {
@@ -229,36 +218,17 @@ fn an_offline_bundle_installs_the_package_and_its_service_in_a_vm_without_networ
     );
     phase("VM image (from the cached root)", &mut t);
 
-    std::fs::write(
-        seed.join("meta-data"),
-        "instance-id: capstan-offline-0\nlocal-hostname: offline-0\n",
-    )
-    .unwrap();
-    let indented: String = GUEST_SCRIPT
-        .lines()
-        .map(|l| format!("      {l}\n"))
-        .collect();
-    std::fs::write(
-        seed.join("user-data"),
-        format!(
-            "#cloud-config\nwrite_files:\n  - path: /root/offline-test.sh\n    permissions: '0755'\n    content: |\n{indented}runcmd:\n  - [bash, /root/offline-test.sh]\n"
-        ),
-    )
-    .unwrap();
     let iso = work.join("seed.iso");
-    run_ok(
-        Command::new("xorriso")
-            .args(["-as", "mkisofs", "-quiet", "-V", "cidata", "-J", "-r", "-o"])
-            .arg(&iso)
-            .arg(&seed),
+    super::testbed::nocloud_seed(
+        &seed,
+        &iso,
+        "instance-id: capstan-offline-0\nlocal-hostname: offline-0\n",
+        None,
+        "/root/offline-test.sh",
+        GUEST_SCRIPT,
     );
     let disk = work.join("disk.qcow2");
-    run_ok(
-        Command::new("qemu-img")
-            .args(["create", "-q", "-f", "qcow2", "-F", "qcow2", "-b"])
-            .arg(vm.join("cloud.qcow2"))
-            .arg(&disk),
-    );
+    super::testbed::qcow2_overlay(&vm.join("cloud.qcow2"), &disk, None);
     let console = work.join("console.log");
     let mut qemu = Command::new("qemu-system-x86_64")
         .args([

@@ -377,3 +377,63 @@ impl Serve {
         drop(watchdog);
     }
 }
+
+/// Runs `command` with no stdin and returns its stdout, failing the test with its output unless it
+/// succeeds.
+pub fn run_ok(command: &mut Command) -> String {
+    let shown = format!("{command:?}");
+    let out = command.stdin(Stdio::null()).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{shown}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Writes the NoCloud seed in `seed` (a directory that may hold more files for the guest) and
+/// makes it the `cidata` ISO `iso`: `meta_data`, the network config when given, and user data that
+/// writes `script` to `script_path` and runs it.
+pub fn nocloud_seed(
+    seed: &Path,
+    iso: &Path,
+    meta_data: &str,
+    network_config: Option<&str>,
+    script_path: &str,
+    script: &str,
+) {
+    std::fs::create_dir_all(seed).unwrap();
+    std::fs::write(seed.join("meta-data"), meta_data).unwrap();
+    if let Some(network_config) = network_config {
+        std::fs::write(seed.join("network-config"), network_config).unwrap();
+    }
+    let indented: String = script.lines().map(|l| format!("      {l}\n")).collect();
+    std::fs::write(
+        seed.join("user-data"),
+        format!(
+            "#cloud-config\nwrite_files:\n  - path: {script_path}\n    permissions: '0755'\n    content: |\n{indented}runcmd:\n  - [bash, {script_path}]\n"
+        ),
+    )
+    .unwrap();
+    run_ok(
+        Command::new("xorriso")
+            .args(["-as", "mkisofs", "-quiet", "-V", "cidata", "-J", "-r", "-o"])
+            .arg(iso)
+            .arg(seed),
+    );
+}
+
+/// A qcow2 overlay `disk` on `base`, grown to `size` (`8G`) when given, so a test never writes to
+/// the image it checks.
+pub fn qcow2_overlay(base: &Path, disk: &Path, size: Option<&str>) {
+    let mut command = Command::new("qemu-img");
+    command
+        .args(["create", "-q", "-f", "qcow2", "-F", "qcow2", "-b"])
+        .arg(base)
+        .arg(disk);
+    if let Some(size) = size {
+        command.arg(size);
+    }
+    run_ok(&mut command);
+}
