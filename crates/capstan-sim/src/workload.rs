@@ -11,6 +11,88 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use std::path::{Path, PathBuf};
+
+/// The group `kubeadm init` gives its default bootstrap tokens (`auth-extra-groups`), which
+/// kubeadm's join RBAC (the CSR auto-approval, reading `kubeadm-config`) is bound to.
+const KUBEADM_TOKEN_GROUP: &str = "system:bootstrappers:kubeadm:default-node-token";
+
+/// kubeadm's default bootstrap token TTL (`bootstrapTokens[].ttl`).
+const KUBEADM_TOKEN_TTL: jiff::SignedDuration = jiff::SignedDuration::from_hours(24);
+
+/// A token's `expiration` as kubeadm writes it: RFC 3339, whole seconds, `KUBEADM_TOKEN_TTL` after
+/// `now`.
+fn token_expiration(now: jiff::Timestamp) -> String {
+    let at = now + KUBEADM_TOKEN_TTL;
+    at.round(jiff::Unit::Second)
+        .map_or_else(|_| at.to_string(), |t| t.to_string())
+}
+
+/// A stand-in for the hash a kubelet computes over a static pod's manifest: 32 hex digits, stable
+/// for the same pod and image, different when the image (the version) changes.
+fn manifest_hash(pod: &str, image: &str) -> String {
+    let fold = |seed: u64| {
+        format!("{pod}\n{image}").bytes().fold(seed, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        })
+    };
+    format!(
+        "{:016x}{:016x}",
+        fold(0xcbf2_9ce4_8422_2325),
+        fold(0x8422_2325_cbf2_9ce4)
+    )
+}
+
+/// The four conditions a kubelet posts (`Ready` first), as it words them; when its Node stops
+/// reporting, the node lifecycle controller sets all four `Unknown` with one reason.
+fn kubelet_conditions(ready: bool, now: &str) -> serde_json::Value {
+    let conditions: [(&str, &str, &str, &str); 4] = if ready {
+        [
+            (
+                "Ready",
+                "True",
+                "KubeletReady",
+                "kubelet is posting ready status",
+            ),
+            (
+                "MemoryPressure",
+                "False",
+                "KubeletHasSufficientMemory",
+                "kubelet has sufficient memory available",
+            ),
+            (
+                "DiskPressure",
+                "False",
+                "KubeletHasNoDiskPressure",
+                "kubelet has no disk pressure",
+            ),
+            (
+                "PIDPressure",
+                "False",
+                "KubeletHasSufficientPID",
+                "kubelet has sufficient PID available",
+            ),
+        ]
+    } else {
+        let gone = (
+            "Unknown",
+            "NodeStatusUnknown",
+            "Kubelet stopped posting node status.",
+        );
+        [
+            ("Ready", gone.0, gone.1, gone.2),
+            ("MemoryPressure", gone.0, gone.1, gone.2),
+            ("DiskPressure", gone.0, gone.1, gone.2),
+            ("PIDPressure", gone.0, gone.1, gone.2),
+        ]
+    };
+    conditions
+        .iter()
+        .map(|(kind, status, reason, message)| {
+            json!({"type": kind, "status": status, "reason": reason, "message": message,
+                "lastHeartbeatTime": now, "lastTransitionTime": now})
+        })
+        .collect()
+}
 use std::sync::{Arc, Mutex};
 
 /// The static pods kubeadm runs on every control-plane node.
@@ -272,7 +354,7 @@ impl SimCluster {
         }
     }
 
-    /// Whether the bootstrap token `id.secret` exists in kube-system and matches.
+    /// Whether the bootstrap token `id.secret` exists in kube-system and would authenticate.
     pub async fn token_valid(&self, token: &str) -> Result<bool, SimError> {
         let Some((id, secret)) = token.split_once('.') else {
             return Ok(false);
@@ -282,13 +364,21 @@ impl SimCluster {
             .get_opt(&name)
             .await
             .map_err(self.api_error("reading the bootstrap token"))?;
-        Ok(found.is_some_and(|s| {
-            let data = s.data.unwrap_or_default();
-            data.get("token-secret").map(|v| v.0.as_slice()) == Some(secret.as_bytes())
-        }))
+        // The decision of the workload API's own bootstrap token authenticator (kube-apiserver's:
+        // matching secret, not expired, for authentication), made on the stored Secret.
+        let stored = found.and_then(|s| serde_json::to_value(s).ok());
+        Ok(capstan_apiserver::authn::check_bootstrap_secret(
+            id,
+            secret,
+            stored.as_ref(),
+            jiff::Timestamp::now(),
+        )
+        .is_ok())
     }
 
-    /// Creates the bootstrap tokens `kubeadm init` creates from InitConfiguration.
+    /// Creates the bootstrap tokens `kubeadm init` creates from InitConfiguration, as it writes
+    /// them: kubeadm's default TTL (24 h) as `expiration`, both usages, and the group its join
+    /// RBAC binds.
     pub async fn create_tokens(&self, tokens: &[String]) -> Result<(), SimError> {
         let secrets = Api::<Secret>::namespaced(self.client.clone(), "kube-system");
         for token in tokens {
@@ -299,7 +389,9 @@ impl SimCluster {
                 "metadata": {"name": format!("bootstrap-token-{id}"), "namespace": "kube-system"},
                 "type": "bootstrap.kubernetes.io/token",
                 "stringData": {"token-id": id, "token-secret": secret,
-                    "usage-bootstrap-authentication": "true", "usage-bootstrap-signing": "true"},
+                    "expiration": token_expiration(jiff::Timestamp::now()),
+                    "usage-bootstrap-authentication": "true", "usage-bootstrap-signing": "true",
+                    "auth-extra-groups": KUBEADM_TOKEN_GROUP},
             }))
             .unwrap_or_default();
             create_or_keep(&secrets, &object)
@@ -323,12 +415,22 @@ impl SimCluster {
         let nodes: Api<Node> = Api::all(self.client.clone());
         let mut labels = bootstrap.node_labels.clone();
         labels.insert("kubernetes.io/hostname".into(), name.to_owned());
-        labels.insert("kubernetes.io/os".into(), "linux".into());
+        // The kubelet's own labels, then the ones `kubeadm init` marks a control plane with.
+        for (key, value) in [
+            ("kubernetes.io/os", "linux"),
+            ("kubernetes.io/arch", "amd64"),
+            ("beta.kubernetes.io/os", "linux"),
+            ("beta.kubernetes.io/arch", "amd64"),
+        ] {
+            labels.insert(key.into(), value.into());
+        }
         if control_plane {
-            labels.insert(
-                "node-role.kubernetes.io/control-plane".into(),
-                String::new(),
-            );
+            for key in [
+                "node-role.kubernetes.io/control-plane",
+                "node.kubernetes.io/exclude-from-external-load-balancers",
+            ] {
+                labels.insert(key.into(), String::new());
+            }
         }
         let mut spec = json!({});
         if let Some(id) = &bootstrap.provider_id {
@@ -382,19 +484,7 @@ impl SimCluster {
         addresses: &[(String, String)],
     ) -> Result<(), SimError> {
         let now = capstan_runtime::conditions::now();
-        let (status, reason, message) = if ready {
-            ("True", "KubeletReady", "kubelet is posting ready status")
-        } else {
-            (
-                "Unknown",
-                "NodeStatusUnknown",
-                "Kubelet stopped posting node status.",
-            )
-        };
-        let mut patch = json!({"status": {
-            "conditions": [{"type": "Ready", "status": status, "reason": reason, "message": message,
-                "lastHeartbeatTime": now, "lastTransitionTime": now}],
-        }});
+        let mut patch = json!({"status": {"conditions": kubelet_conditions(ready, &now)}});
         if !addresses.is_empty() {
             patch["status"]["addresses"] = addresses
                 .iter()
@@ -438,13 +528,24 @@ impl SimCluster {
         advertise: Option<&str>,
     ) -> Result<(), SimError> {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), "kube-system");
+        // A kubelet's mirror pods are owned by its Node (so they go with it) and carry the
+        // manifest's hash as `config.mirror`, by which drains and controllers leave them alone.
+        let owner = Api::<Node>::all(self.client.clone())
+            .get_opt(name)
+            .await
+            .map_err(self.api_error("reading the Node"))?
+            .and_then(|node| node.metadata.uid)
+            .map(|uid| json!([{"apiVersion": "v1", "kind": "Node", "name": name, "uid": uid, "controller": true}]));
         for component in CONTROL_PLANE_COMPONENTS {
             let pod_name = format!("{component}-{name}");
             let image = format!(
                 "registry.k8s.io/{component}:{}",
                 version.unwrap_or("v0.0.0")
             );
-            let mut annotations = json!({"kubernetes.io/config.source": "file"});
+            let hash = manifest_hash(&pod_name, &image);
+            let mut annotations = json!({"kubernetes.io/config.source": "file",
+                "kubernetes.io/config.hash": hash, "kubernetes.io/config.mirror": hash,
+                "kubernetes.io/config.seen": capstan_runtime::conditions::now()});
             if let Some(address) = advertise {
                 let host = if address.contains(':') {
                     format!("[{address}]")
@@ -462,10 +563,14 @@ impl SimCluster {
                     _ => {}
                 }
             }
+            let mut metadata = json!({"name": pod_name, "namespace": "kube-system",
+                "labels": {"component": component, "tier": "control-plane"},
+                "annotations": annotations});
+            if let Some(owner) = &owner {
+                metadata["ownerReferences"] = owner.clone();
+            }
             let pod: Pod = serde_json::from_value(json!({
-                "metadata": {"name": pod_name, "namespace": "kube-system",
-                    "labels": {"component": component, "tier": "control-plane"},
-                    "annotations": annotations},
+                "metadata": metadata,
                 "spec": {"nodeName": name, "containers": [{"name": component, "image": image}]},
             }))
             .unwrap_or_default();
@@ -563,5 +668,60 @@ where
         Ok(_) => Ok(()),
         Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
         Err(err) => Err(err),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_expire_after_kubeadms_default_ttl() {
+        let now: jiff::Timestamp = "2026-12-02T12:00:00.7Z".parse().unwrap();
+        assert_eq!(token_expiration(now), "2026-12-03T12:00:01Z");
+    }
+
+    #[test]
+    fn a_node_has_the_four_kubelet_conditions_ready_or_not() {
+        let ready = kubelet_conditions(true, "t");
+        let kinds: Vec<&str> = ready
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            kinds,
+            ["Ready", "MemoryPressure", "DiskPressure", "PIDPressure"]
+        );
+        assert_eq!(ready[0]["status"], "True");
+        assert!(
+            ready.as_array().unwrap()[1..]
+                .iter()
+                .all(|c| c["status"] == "False")
+        );
+        assert_eq!(ready[3]["reason"], "KubeletHasSufficientPID");
+        let gone = kubelet_conditions(false, "t");
+        assert!(
+            gone.as_array()
+                .unwrap()
+                .iter()
+                .all(|c| c["status"] == "Unknown" && c["reason"] == "NodeStatusUnknown")
+        );
+    }
+
+    #[test]
+    fn a_static_pods_hash_follows_its_image() {
+        let a = manifest_hash("etcd-cp-0", "registry.k8s.io/etcd:v1.35.4");
+        assert_eq!(a.len(), 32);
+        assert!(a.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_eq!(
+            a,
+            manifest_hash("etcd-cp-0", "registry.k8s.io/etcd:v1.35.4")
+        );
+        assert_ne!(
+            a,
+            manifest_hash("etcd-cp-0", "registry.k8s.io/etcd:v1.35.5")
+        );
     }
 }
