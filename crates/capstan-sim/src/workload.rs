@@ -42,17 +42,11 @@ fn manifest_hash(pod: &str, image: &str) -> String {
     )
 }
 
-/// The four conditions a kubelet posts (`Ready` first), as it words them; when its Node stops
+/// The four conditions a kubelet posts, in its order (`Ready` last) and as it words them; when its Node stops
 /// reporting, the node lifecycle controller sets all four `Unknown` with one reason.
 fn kubelet_conditions(ready: bool, now: &str) -> serde_json::Value {
     let conditions: [(&str, &str, &str, &str); 4] = if ready {
         [
-            (
-                "Ready",
-                "True",
-                "KubeletReady",
-                "kubelet is posting ready status",
-            ),
             (
                 "MemoryPressure",
                 "False",
@@ -71,6 +65,12 @@ fn kubelet_conditions(ready: bool, now: &str) -> serde_json::Value {
                 "KubeletHasSufficientPID",
                 "kubelet has sufficient PID available",
             ),
+            (
+                "Ready",
+                "True",
+                "KubeletReady",
+                "kubelet is posting ready status",
+            ),
         ]
     } else {
         let gone = (
@@ -79,10 +79,10 @@ fn kubelet_conditions(ready: bool, now: &str) -> serde_json::Value {
             "Kubelet stopped posting node status.",
         );
         [
-            ("Ready", gone.0, gone.1, gone.2),
             ("MemoryPressure", gone.0, gone.1, gone.2),
             ("DiskPressure", gone.0, gone.1, gone.2),
             ("PIDPressure", gone.0, gone.1, gone.2),
+            ("Ready", gone.0, gone.1, gone.2),
         ]
     };
     conditions
@@ -692,15 +692,15 @@ mod tests {
             .collect();
         assert_eq!(
             kinds,
-            ["Ready", "MemoryPressure", "DiskPressure", "PIDPressure"]
+            ["MemoryPressure", "DiskPressure", "PIDPressure", "Ready"]
         );
-        assert_eq!(ready[0]["status"], "True");
+        assert_eq!(ready[3]["status"], "True");
         assert!(
-            ready.as_array().unwrap()[1..]
+            ready.as_array().unwrap()[..3]
                 .iter()
                 .all(|c| c["status"] == "False")
         );
-        assert_eq!(ready[3]["reason"], "KubeletHasSufficientPID");
+        assert_eq!(ready[2]["reason"], "KubeletHasSufficientPID");
         let gone = kubelet_conditions(false, "t");
         assert!(
             gone.as_array()

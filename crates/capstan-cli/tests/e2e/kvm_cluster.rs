@@ -32,7 +32,7 @@
 //! pool as the documented cache (removed by the test); the host is deprovisioned back to
 //! `available`. A failed run removes what it made too ([`KvmLeftovers`]). Phase times are printed.
 
-use super::{PASSWORD, agent_bin, apply, capstan, capstan_bin, kubectl_json, state, wait_host};
+use super::{PASSWORD, apply, build_ramdisk, capstan, capstan_bin, kubectl_json, state, wait_host};
 use crate::real_cluster::{items, report_lines, until};
 use crate::testbed::{self, KvmLeftovers, Libvirt, Serve, Sushy, Vm};
 use serde_json::Value;
@@ -463,18 +463,7 @@ fn a_kvm_control_plane_with_kvm_and_bare_metal_workers_boots_for_real_and_leaves
     let data = work.path().join("data");
     let images = work.path().join("images");
 
-    let (ok, out) = capstan(
-        &[
-            "ramdisk",
-            "build",
-            "--out",
-            data.join("ramdisk").to_str().unwrap(),
-            "--agent",
-            agent_bin().to_str().unwrap(),
-        ],
-        Path::new("/dev/null"),
-    );
-    assert!(ok, "{out}");
+    build_ramdisk(&data.join("ramdisk"));
     let t = Instant::now();
     let (ok, out) = capstan(
         &["ramdisk", "cloud-image", "--out", images.to_str().unwrap()],

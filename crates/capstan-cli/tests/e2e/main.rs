@@ -19,6 +19,10 @@
 //! [`offline_install`], installs capstan's Debian package from an offline bundle in a VM with no
 //! network and runs it as a systemd service. The fifth, in [`node_image`], boots the Kubernetes
 //! node image `capstan image build` makes and checks that kubeadm finds everything it needs on it.
+//! The sixth, in [`real_kubernetes`], provisions that image on two machines of a bridge and
+//! brings up a real Kubernetes cluster on them from capstan's bootstrap data (real kubeadm,
+//! kubelet, containerd, etcd and kube-apiserver), then deletes it; it is `#[ignore]`d until it has
+//! run to completion here (see its reason for the command that runs it).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -26,6 +30,7 @@ mod kvm_cluster;
 mod node_image;
 mod offline_install;
 mod real_cluster;
+mod real_kubernetes;
 mod testbed;
 
 use serde_json::{Value, json};
@@ -46,6 +51,23 @@ fn agent_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_capstan-agent"))
 }
 
+/// `capstan ramdisk build --out OUT` with the agent of this build; its output.
+fn build_ramdisk(out: &Path) -> String {
+    let (ok, built) = capstan(
+        &[
+            "ramdisk",
+            "build",
+            "--out",
+            out.to_str().unwrap(),
+            "--agent",
+            agent_bin().to_str().unwrap(),
+        ],
+        Path::new("/dev/null"),
+    );
+    assert!(ok, "{built}");
+    built
+}
+
 fn capstan(args: &[&str], kubeconfig: &Path) -> (bool, String) {
     let out = Command::new(capstan_bin())
         .args(args)
@@ -53,6 +75,11 @@ fn capstan(args: &[&str], kubeconfig: &Path) -> (bool, String) {
         .env("NO_COLOR", "1")
         .output()
         .unwrap();
+    status_and_output(&out)
+}
+
+/// Whether a finished command succeeded, and its standard output followed by its standard error.
+fn status_and_output(out: &std::process::Output) -> (bool, String) {
     (
         out.status.success(),
         format!(
@@ -207,18 +234,7 @@ fn bare_metal_hosts_on_emulated_bmcs_and_real_vms() {
     let data = work.path().join("data");
     let images = work.path().join("images");
     // Artifacts: the ramdisk (with the agent) and the test OS image, from Debian packages.
-    let (ok, out) = capstan(
-        &[
-            "ramdisk",
-            "build",
-            "--out",
-            data.join("ramdisk").to_str().unwrap(),
-            "--agent",
-            agent_bin().to_str().unwrap(),
-        ],
-        Path::new("/dev/null"),
-    );
-    assert!(ok, "{out}");
+    let out = build_ramdisk(&data.join("ramdisk"));
     println!("e2e: {}", out.trim());
     let (ok, out) = capstan(
         &["ramdisk", "test-image", "--out", images.to_str().unwrap()],

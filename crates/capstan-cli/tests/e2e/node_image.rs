@@ -22,6 +22,26 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// `capstan image build --kubernetes-bin PEERS --out OUT`; its output.
+pub fn build_node_image(peers: &Path, out: &Path) -> String {
+    let (ok, built) = capstan(
+        &[
+            "image",
+            "build",
+            "--kubernetes-bin",
+            peers.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        Path::new("/dev/null"),
+    );
+    assert!(
+        ok,
+        "{built}\n(the root filesystem comes from debootstrap: scripts/test.sh builds the node image once while the network is there)"
+    );
+    built
+}
+
 /// The Kubernetes binaries: `CAPSTAN_PEERS_BIN`, else where `scripts/peers.sh` puts them.
 fn peers_bin() -> PathBuf {
     // Each must be there (a missing one fails the test, naming scripts/peers.sh).
@@ -84,21 +104,7 @@ fn the_node_image_boots_with_containerd_kubeadm_and_every_image_kubeadm_wants() 
     let mut t = Instant::now();
 
     let out = work.join("out");
-    let (ok, built) = capstan(
-        &[
-            "image",
-            "build",
-            "--kubernetes-bin",
-            peers.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-        ],
-        Path::new("/dev/null"),
-    );
-    assert!(
-        ok,
-        "{built}\n(the root filesystem comes from debootstrap: scripts/test.sh builds the node image once while the network is there)"
-    );
+    let built = build_node_image(&peers, &out);
     phases.push(("image build", t.elapsed().as_secs_f64()));
     t = Instant::now();
 

@@ -16,7 +16,7 @@
 //! the test asserts the lines. Under software emulation it takes a few minutes.
 
 use super::testbed::run_ok;
-use super::{agent_bin, capstan, capstan_bin};
+use super::{build_ramdisk, capstan, capstan_bin};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -137,18 +137,7 @@ fn an_offline_bundle_installs_the_package_and_its_service_in_a_vm_without_networ
     );
     phase("package", &mut t);
 
-    let (ok, out) = capstan(
-        &[
-            "ramdisk",
-            "build",
-            "--out",
-            work.join("ramdisk").to_str().unwrap(),
-            "--agent",
-            agent_bin().to_str().unwrap(),
-        ],
-        Path::new("/dev/null"),
-    );
-    assert!(ok, "{out}");
+    build_ramdisk(&work.join("ramdisk"));
     let (ok, out) = capstan(
         &[
             "ramdisk",

@@ -30,7 +30,7 @@
 //! its output (cloud-init runs the later steps anyway, as it does for upstream's bootstrap data, so
 //! that machine joins too; the condition stays False). Phase times are printed (`--nocapture`).
 
-use super::{PASSWORD, agent_bin, apply, capstan, capstan_bin, kubectl_json};
+use super::{PASSWORD, apply, build_ramdisk, capstan, capstan_bin, kubectl_json};
 use crate::testbed::{self, Libvirt, Serve, Sushy, Vm};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -46,7 +46,8 @@ const USER: &str = "e2e-ops";
 /// What the failing preKubeadmCommand prints before it fails.
 const FAULT_OUTPUT: &str = "e2e fault: /var/lib/etcd is not on its own disk";
 
-fn host_yaml(name: &str, address: &str, mac: &str, role: &str) -> String {
+/// A BareMetalHost with its BMC Secret, labelled with its role for the machine templates.
+pub fn host_yaml(name: &str, address: &str, mac: &str, role: &str) -> String {
     format!(
         r#"apiVersion: v1
 kind: Secret
@@ -414,18 +415,7 @@ fn a_cluster_of_real_vms_runs_its_bootstrap_data_with_cloud_init() {
     let images = work.path().join("images");
     let mut phases: Vec<(String, f64)> = Vec::new();
 
-    let (ok, out) = capstan(
-        &[
-            "ramdisk",
-            "build",
-            "--out",
-            data.join("ramdisk").to_str().unwrap(),
-            "--agent",
-            agent_bin().to_str().unwrap(),
-        ],
-        Path::new("/dev/null"),
-    );
-    assert!(ok, "{out}");
+    build_ramdisk(&data.join("ramdisk"));
     let t = Instant::now();
     let (ok, out) = capstan(
         &["ramdisk", "cloud-image", "--out", images.to_str().unwrap()],

@@ -225,15 +225,60 @@ impl Drop for Vm {
     }
 }
 
+/// How a [`Vm`]'s NIC reaches the host.
+#[derive(Clone, Copy, Debug)]
+pub enum Nic<'a> {
+    /// QEMU's user-mode network: the guest alone behind NAT, the host's loopback at 10.0.2.2.
+    User,
+    /// A port on a [`Bridge`] of the test's network namespace (by the bridge's name).
+    Bridge(&'a str),
+}
+
+/// A [`Vm`]'s size.
+#[derive(Clone, Copy, Debug)]
+pub struct VmShape {
+    pub memory_mib: u32,
+    pub vcpus: u32,
+    pub disk_gib: u64,
+}
+
 impl Vm {
+    /// A one-vCPU machine on the user-mode network.
     pub fn define(
-        _libvirt: &Libvirt,
+        libvirt: &Libvirt,
         work: &Path,
         name: &str,
         memory_mib: u32,
         disk_gib: u64,
         mac: &str,
     ) -> Self {
+        let shape = VmShape {
+            memory_mib,
+            vcpus: 1,
+            disk_gib,
+        };
+        Self::define_with(libvirt, work, name, shape, mac, Nic::User)
+    }
+
+    pub fn define_with(
+        _libvirt: &Libvirt,
+        work: &Path,
+        name: &str,
+        shape: VmShape,
+        mac: &str,
+        nic: Nic<'_>,
+    ) -> Self {
+        let VmShape {
+            memory_mib,
+            vcpus,
+            disk_gib,
+        } = shape;
+        let interface = match nic {
+            Nic::User => "<interface type='user'>".to_owned(),
+            Nic::Bridge(bridge) => {
+                format!("<interface type='bridge'>\n      <source bridge='{bridge}'/>")
+            }
+        };
         // A leftover from an interrupted run would hold the name.
         let _ = virsh(&["destroy", name]);
         let _ = virsh(&["undefine", name]);
@@ -253,7 +298,7 @@ impl Vm {
             r#"<domain type='qemu'>
   <name>{name}</name>
   <memory unit='MiB'>{memory_mib}</memory>
-  <vcpu>1</vcpu>
+  <vcpu>{vcpus}</vcpu>
   <os><type arch='x86_64' machine='pc'>hvm</type><boot dev='hd'/></os>
   <features><acpi/></features>
   <on_reboot>restart</on_reboot>
@@ -263,7 +308,7 @@ impl Vm {
       <source file='{disk}'/>
       <target dev='vda' bus='virtio'/>
     </disk>
-    <interface type='user'>
+    {interface}
       <mac address='{mac}'/>
       <model type='virtio'/>
     </interface>
@@ -361,6 +406,21 @@ impl Serve {
         }
     }
 
+    /// The CPU time the process has used so far (user and system, from `/proc/PID/stat`).
+    pub fn cpu_seconds(&self) -> f64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap();
+        // The fields after the command's closing parenthesis; utime and stime are the 12th and
+        // 13th of them, in clock ticks (100 a second on Linux).
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .unwrap()
+            .1
+            .split_whitespace()
+            .collect();
+        let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+        ticks as f64 / 100.0
+    }
+
     /// SIGKILL: no chance to clean up, as in a crash.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
@@ -436,4 +496,96 @@ pub fn qcow2_overlay(base: &Path, disk: &Path, size: Option<&str>) {
         command.arg(size);
     }
     run_ok(&mut command);
+}
+
+/// A Linux bridge with a host address, and dnsmasq on it handing each listed MAC its fixed address
+/// with the host as the default gateway (kubeadm picks a node's address from its default route):
+/// the machines of a test see each other and the host as machines on one LAN do. Made in the
+/// test's own network namespace only ([`Bridge::start`] refuses the machine's), and removed when
+/// dropped.
+pub struct Bridge {
+    pub name: String,
+    /// The host's address on the bridge.
+    pub host: String,
+    dnsmasq: Child,
+    dir: tempfile::TempDir,
+}
+
+impl Drop for Bridge {
+    fn drop(&mut self) {
+        let _ = self.dnsmasq.kill();
+        let _ = self.dnsmasq.wait();
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.name])
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+impl Bridge {
+    /// `name` with `host/24`, leasing `leases` (MAC, address) in the same /24.
+    pub fn start(name: &str, host: &str, leases: &[(&str, &str)]) -> Self {
+        // Only in a network namespace of the test's own: one whose interfaces are loopback and
+        // what the tests themselves made (their bridges, libvirt's taps), never the machine's.
+        // (/proc/self/net/dev is this namespace's; /sys/class/net is that of whoever mounted /sys.)
+        let foreign: Vec<String> = std::fs::read_to_string("/proc/self/net/dev")
+            .unwrap()
+            .lines()
+            .skip(2)
+            .filter_map(|l| Some(l.split_once(':')?.0.trim().to_owned()))
+            .filter(|n| n != "lo" && !n.starts_with("capstan-") && !n.starts_with("vnet"))
+            .collect();
+        assert!(
+            foreign.is_empty(),
+            "this test makes a bridge and a DHCP server: run it in a network namespace of its own \
+             (scripts/test.sh does: unshare --net), not in one with {foreign:?}"
+        );
+        let _ = Command::new("ip")
+            .args(["link", "del", name])
+            .stderr(Stdio::null())
+            .status();
+        run_ok(Command::new("ip").args(["link", "add", name, "type", "bridge"]));
+        run_ok(Command::new("ip").args(["addr", "add", &format!("{host}/24"), "dev", name]));
+        run_ok(Command::new("ip").args(["link", "set", name, "up"]));
+        let dir = tempfile::tempdir().unwrap();
+        let prefix = host.rsplit_once('.').unwrap().0;
+        let mut dnsmasq = Command::new("dnsmasq");
+        dnsmasq
+            .args(["--keep-in-foreground", "--conf-file=/dev/null", "--port=0"])
+            .args(["--bind-interfaces", "--except-interface=lo"])
+            .arg(format!("--interface={name}"))
+            .arg(format!("--listen-address={host}"))
+            .arg(format!("--dhcp-range={prefix}.100,{prefix}.200,12h"))
+            .arg(format!("--dhcp-option=option:router,{host}"))
+            .arg(format!(
+                "--dhcp-leasefile={}",
+                dir.path().join("leases").display()
+            ))
+            .arg(format!("--pid-file={}", dir.path().join("pid").display()))
+            .arg("--log-dhcp")
+            .arg(format!(
+                "--log-facility={}",
+                dir.path().join("dnsmasq.log").display()
+            ));
+        for (mac, address) in leases {
+            dnsmasq.arg(format!("--dhcp-host={mac},{address}"));
+        }
+        let dnsmasq = dnsmasq
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        Self {
+            name: name.to_owned(),
+            host: host.to_owned(),
+            dnsmasq,
+            dir,
+        }
+    }
+
+    /// What dnsmasq logged (its DHCP exchanges), for a failure message.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("dnsmasq.log")).unwrap_or_default()
+    }
 }
