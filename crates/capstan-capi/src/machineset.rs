@@ -652,7 +652,9 @@ impl Reconciler for MachineSetController {
             };
             for victim in victims {
                 match machines_api.delete(&victim, &params).await {
-                    Ok(_) => {}
+                    Ok(_) => {
+                        tracing::info!(machineset = %name, machine = %victim, desired, "scaling down: deleting Machine");
+                    }
                     Err(kube::Error::Api(e)) if e.code == 404 => {}
                     Err(source) => {
                         return Err(api_error("deleting", "Machine", &namespace, &victim)(

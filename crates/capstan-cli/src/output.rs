@@ -121,9 +121,14 @@ impl Style {
     }
 }
 
-/// The log filter without `CAPSTAN_LOG`: warnings, except the Kubernetes client's own line for
-/// every failed request, which repeats the error the command reports (and would print it twice).
-const DEFAULT_LOG_FILTER: &str = "warn,kube_client::client::builder=off";
+/// The log filter without `CAPSTAN_LOG`: warnings.
+const DEFAULT_LOG_FILTER: &str = "warn";
+
+/// The Kubernetes client's own line for every failed request: at ERROR, whatever the cause. It
+/// repeats the error the caller reports (a command would print it twice), and a controller
+/// waiting for a workload API server that is still booting would log an ERROR every few seconds
+/// for an expected state its conditions already show. Off unless `CAPSTAN_LOG` names this target.
+const KUBE_CLIENT_REQUEST_FAILURES: &str = "kube_client::client::builder";
 
 /// The directive that keeps response bodies logged by kube's client out of the logs.
 pub const KUBE_CLIENT_BODIES: &str = "kube_client::client=error";
@@ -131,14 +136,7 @@ pub const KUBE_CLIENT_BODIES: &str = "kube_client::client=error";
 /// Logs go to stderr, filtered by `CAPSTAN_LOG` (default [`DEFAULT_LOG_FILTER`]), never coloured
 /// when `NO_COLOR` is set.
 pub fn init_tracing() {
-    let mut filter = tracing_subscriber::EnvFilter::try_from_env("CAPSTAN_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
-    // kube's client logs the whole text of a response it cannot decode (at warn) and of every
-    // Status answer (at trace): a Secret's data among them. Its errors still reach the callers,
-    // which name the object; at any CAPSTAN_LOG, that module logs errors only.
-    if let Ok(quiet) = KUBE_CLIENT_BODIES.parse() {
-        filter = filter.add_directive(quiet);
-    }
+    let filter = log_filter(std::env::var("CAPSTAN_LOG").ok().as_deref());
     let ansi = std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
         && std::io::stderr().is_terminal();
     let _ = tracing_subscriber::fmt()
@@ -146,6 +144,25 @@ pub fn init_tracing() {
         .with_writer(|| LogWriter)
         .with_ansi(ansi)
         .try_init();
+}
+
+/// The log filter for `requested` (the value of `CAPSTAN_LOG`, if set).
+fn log_filter(requested: Option<&str>) -> tracing_subscriber::EnvFilter {
+    let mut filter = requested
+        .and_then(|r| tracing_subscriber::EnvFilter::try_new(r).ok())
+        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
+    if !requested.is_some_and(|r| r.contains(KUBE_CLIENT_REQUEST_FAILURES))
+        && let Ok(off) = format!("{KUBE_CLIENT_REQUEST_FAILURES}=off").parse()
+    {
+        filter = filter.add_directive(off);
+    }
+    // kube's client logs the whole text of a response it cannot decode (at warn) and of every
+    // Status answer (at trace): a Secret's data among them. Its errors still reach the callers,
+    // which name the object; at any CAPSTAN_LOG, that module logs errors only.
+    if let Ok(quiet) = KUBE_CLIENT_BODIES.parse() {
+        filter = filter.add_directive(quiet);
+    }
+    filter
 }
 
 /// tracing's writer: stderr through [`crate::stderr::write`]. With `std::io::stderr` a closed
@@ -161,5 +178,33 @@ impl Write for LogWriter {
 
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_clients_request_failure_line_is_off_unless_asked_for() {
+        for requested in [
+            None,
+            Some("debug"),
+            Some("debug,kube=info"),
+            Some("not a filter["),
+        ] {
+            let filter = log_filter(requested).to_string();
+            assert!(
+                filter.contains("kube_client::client::builder=off"),
+                "{requested:?}: {filter}"
+            );
+            assert!(filter.contains("kube_client::client=error"), "{filter}");
+        }
+        let asked = log_filter(Some("warn,kube_client::client::builder=error")).to_string();
+        assert!(
+            asked.contains("kube_client::client::builder=error"),
+            "{asked}"
+        );
+        assert!(!asked.contains("builder=off"), "{asked}");
     }
 }

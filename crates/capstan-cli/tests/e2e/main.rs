@@ -21,8 +21,7 @@
 //! node image `capstan image build` makes and checks that kubeadm finds everything it needs on it.
 //! The sixth, in [`real_kubernetes`], provisions that image on two machines of a bridge and
 //! brings up a real Kubernetes cluster on them from capstan's bootstrap data (real kubeadm,
-//! kubelet, containerd, etcd and kube-apiserver), then deletes it; it is `#[ignore]`d until it has
-//! run to completion here (see its reason for the command that runs it).
+//! kubelet, containerd, etcd and kube-apiserver), drains its worker away and deletes it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -389,7 +389,7 @@ impl Serve {
             .args(extra)
             .env(
                 "CAPSTAN_LOG",
-                "debug,kube=info,hyper=info,tower=info,h2=info",
+                "debug,kube=info,hyper=info,tower=info,h2=info,rustls=info",
             )
             .stdout(Stdio::piped())
             .stderr(log)
