@@ -112,6 +112,10 @@ pub enum ServerError {
     ServiceAccountKey(#[from] builtin::tokens::TokenError),
 }
 
+/// Annotation on the CustomResourceDefinitions [`ApiServer::publish_builtin_crds`] writes for
+/// capstan's own kinds: the capstan version that wrote them.
+pub const ANNOTATION_BUILT_IN: &str = "capstan.io/built-in";
+
 /// How clients authenticate.
 #[derive(Clone, Debug)]
 pub struct Auth {
@@ -333,6 +337,45 @@ impl ApiServer {
         let name = crd.name.clone();
         self.state.registry_write().insert(crd);
         Ok(name)
+    }
+
+    /// Stores a CustomResourceDefinition for each of capstan's own kinds, as installing the
+    /// providers would on a real management cluster: tools that read a kind's definition
+    /// (clusterctl checks the Cluster API contract on `clusters.cluster.x-k8s.io` and resolves
+    /// references by the CRDs' contract labels) find it. A definition this did not write
+    /// (upstream's, from `--crds` or `kubectl apply`) is left alone; one an older capstan wrote
+    /// is replaced when it differs. Returns how many were written.
+    pub async fn publish_builtin_crds(&self) -> Result<usize, ServerError> {
+        let mut written = 0;
+        for mut definition in registry::capstan_crds() {
+            let name = definition["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            definition["metadata"]["annotations"] =
+                serde_json::json!({ANNOTATION_BUILT_IN: env!("CARGO_PKG_VERSION")});
+            let key = ObjectKey::new(
+                "apiextensions.k8s.io/customresourcedefinitions",
+                "",
+                name.clone(),
+            );
+            if let Some(stored) = self.state.store.get(key).await? {
+                let stored = stored.value()?;
+                let ours = stored["metadata"]["annotations"]
+                    .get(ANNOTATION_BUILT_IN)
+                    .is_some();
+                let same = stored["spec"] == definition["spec"]
+                    && stored["metadata"]["labels"] == definition["metadata"]["labels"]
+                    && stored["metadata"]["annotations"][ANNOTATION_BUILT_IN]
+                        == definition["metadata"]["annotations"][ANNOTATION_BUILT_IN];
+                if !ours || same {
+                    continue;
+                }
+            }
+            self.install_crd(definition).await?;
+            written += 1;
+        }
+        Ok(written)
     }
 
     /// The shared state (for in-process clients and tests).

@@ -328,10 +328,15 @@ fn synthesised_crd(info: &KindInfo) -> Value {
             version
         })
         .collect();
+    let mut metadata = json!({"name": if info.group.is_empty() { info.plural.to_owned() } else { format!("{}.{}", info.plural, info.group) }});
+    let labels = contract_labels(info);
+    if !labels.is_empty() {
+        metadata["labels"] = Value::Object(labels);
+    }
     json!({
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": if info.group.is_empty() { info.plural.to_owned() } else { format!("{}.{}", info.plural, info.group) }},
+        "metadata": metadata,
         "spec": {
             "group": info.group,
             "scope": scope,
@@ -346,6 +351,27 @@ fn synthesised_crd(info: &KindInfo) -> Value {
             "versions": versions,
         }
     })
+}
+
+/// Cluster API's contract labels for a kind of a `*.cluster.x-k8s.io` group: for each contract
+/// (`cluster.x-k8s.io/v1beta2`, `cluster.x-k8s.io/v1beta1`), the kind's versions that implement
+/// it, `_`-separated. A reference that names only a group and kind (v1beta2's
+/// `ContractVersionedObjectReference`) is resolved by these: clusterctl and upstream's controllers
+/// read the CRD's label for their contract and take its newest version.
+fn contract_labels(info: &KindInfo) -> serde_json::Map<String, Value> {
+    let mut labels = serde_json::Map::new();
+    if info.group != "cluster.x-k8s.io" && !info.group.ends_with(".cluster.x-k8s.io") {
+        return labels;
+    }
+    let (current, older): (Vec<&str>, Vec<&str>) =
+        info.versions.iter().partition(|v| **v == "v1beta2");
+    if !current.is_empty() {
+        labels.insert("cluster.x-k8s.io/v1beta2".into(), json!(current.join("_")));
+    }
+    if !older.is_empty() {
+        labels.insert("cluster.x-k8s.io/v1beta1".into(), json!(older.join("_")));
+    }
+    labels
 }
 
 /// Kinds every Kubernetes API has that capstan's clients use: CRDs themselves, Leases for leader
@@ -414,6 +440,70 @@ pub fn builtin_crds() -> Vec<Value> {
         .collect()
 }
 
+/// The synthesised CRDs of capstan's own kinds (Cluster API, kubeadm, Metal3, KVM, IPAM, Cilium
+/// BGP) and MachinePool's (served, every write refused): what a management cluster has
+/// installed, without Kubernetes' own kinds capstan models (core and `policy`), which are never
+/// CRDs.
+pub fn capstan_crds() -> Vec<Value> {
+    let Ok(builtin) = Registry::builtin() else {
+        return Vec::new();
+    };
+    KINDS
+        .iter()
+        .filter(|info| info.group.contains('.') && !info.group.ends_with(".k8s.io"))
+        .filter_map(|info| {
+            builtin
+                .kinds
+                .get(&(info.group.to_owned(), info.plural.to_owned()))
+                .map(|crd| crd.definition.clone())
+        })
+        .chain(std::iter::once(machine_pool_crd()))
+        .collect()
+}
+
+/// What a write of a MachinePool is refused with.
+pub const MACHINE_POOL_REFUSAL: &str = "capstan does not reconcile MachinePools: describe the \
+     workers with a MachineDeployment (and its KubeadmConfigTemplate and infrastructure machine \
+     template) instead";
+
+/// Cluster API's MachinePool, which capstan does not reconcile: a definition of capstan's so that
+/// tools which list a Cluster's machines by every kind Cluster API has (`clusterctl describe
+/// cluster` lists MachinePools) find the kind, as on any management cluster, while every write of
+/// one is refused (a validation rule on the root) saying what to use instead.
+fn machine_pool_crd() -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": "machinepools.cluster.x-k8s.io",
+            "labels": {"cluster.x-k8s.io/v1beta2": "v1beta2"},
+        },
+        "spec": {
+            "group": "cluster.x-k8s.io",
+            "scope": "Namespaced",
+            "names": {
+                "kind": "MachinePool",
+                "listKind": "MachinePoolList",
+                "plural": "machinepools",
+                "singular": "machinepool",
+                "shortNames": ["mp"],
+                "categories": ["cluster-api"],
+            },
+            "versions": [{
+                "name": "v1beta2",
+                "served": true,
+                "storage": true,
+                "schema": {"openAPIV3Schema": {
+                    "type": "object",
+                    "x-kubernetes-preserve-unknown-fields": true,
+                    "x-kubernetes-validations": [{"rule": "false", "message": MACHINE_POOL_REFUSAL}],
+                }},
+                "subresources": {"status": {}},
+            }],
+        },
+    })
+}
+
 /// Every built-in kind the API serves: capstan's, the platform's and Kubernetes' own.
 fn served_kinds() -> impl Iterator<Item = &'static KindInfo> {
     KINDS
@@ -425,6 +515,36 @@ fn served_kinds() -> impl Iterator<Item = &'static KindInfo> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cluster_api_kinds_carry_the_contract_labels() {
+        let crds = capstan_crds();
+        let labels = |name: &str| {
+            crds.iter()
+                .find(|c| c["metadata"]["name"] == name)
+                .map(|c| c["metadata"]["labels"].clone())
+                .unwrap_or(Value::Null)
+        };
+        assert_eq!(
+            labels("kubeadmcontrolplanes.controlplane.cluster.x-k8s.io"),
+            json!({"cluster.x-k8s.io/v1beta2": "v1beta2", "cluster.x-k8s.io/v1beta1": "v1beta1"})
+        );
+        assert_eq!(
+            labels("kvmmachines.infrastructure.cluster.x-k8s.io"),
+            json!({"cluster.x-k8s.io/v1beta2": "v1beta2", "cluster.x-k8s.io/v1beta1": "v1alpha4"})
+        );
+        assert_eq!(labels("baremetalhosts.metal3.io"), Value::Null);
+        assert_eq!(
+            labels("machinepools.cluster.x-k8s.io"),
+            json!({"cluster.x-k8s.io/v1beta2": "v1beta2"})
+        );
+        assert!(
+            !crds
+                .iter()
+                .any(|c| c["spec"]["group"] == "" || c["spec"]["group"] == "policy")
+        );
+        assert!(crds.len() > 20, "{}", crds.len());
+    }
 
     #[test]
     fn builtins_resolve_by_path_and_name() {

@@ -108,7 +108,8 @@ impl MachineSummary {
         Self {
             has_node: status.node_ref.is_some(),
             ready,
-            available: ready,
+            available: conditions::get(&status.conditions, crate::machine::AVAILABLE)
+                .map_or(ready, |c| c.status == TRUE),
             up_to_date: conditions::get(&status.conditions, crate::machine::UP_TO_DATE)
                 .is_none_or(|c| c.status != FALSE),
         }

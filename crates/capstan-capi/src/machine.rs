@@ -37,6 +37,8 @@ pub const MACHINE_CONTROLLER: &str = "machine";
 pub const DEFAULT_NODE_DRAIN_TIMEOUT: Duration = Duration::from_secs(600);
 /// How often a Machine that waits (on a provider or its Node) is looked at again.
 pub const WAIT_REQUEUE: Duration = Duration::from_secs(10);
+/// How long one drain pass (cordon, list, evictions) may wait for the workload API server.
+pub const DRAIN_PASS_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often a Running Machine's Node health is checked.
 pub const HEALTH_REQUEUE: Duration = Duration::from_secs(60);
 /// How often a deletion step is retried while it waits.
@@ -67,6 +69,8 @@ pub const NODE_READY: &str = "NodeReady";
 pub const NODE_HEALTHY: &str = "NodeHealthy";
 pub const READY: &str = "Ready";
 pub const UP_TO_DATE: &str = "UpToDate";
+/// v1beta2's `Available`: Ready for at least `spec.minReadySeconds`.
+pub const AVAILABLE: &str = "Available";
 pub const DELETING: &str = "Deleting";
 
 /// Why a Machine pass failed.
@@ -192,6 +196,33 @@ pub fn phase(observed: &Observed, deleting: bool) -> &'static str {
 }
 
 /// The status a Machine should have (pure: the table-tested core).
+/// Whether the Machine is available at `now` (RFC 3339) and why: Ready, and for at least
+/// `spec.minReadySeconds` (from its `Ready` condition's last transition).
+fn available(
+    machine: &Machine,
+    conditions: &[capstan_model::meta::Condition],
+    now: &str,
+) -> (bool, &'static str) {
+    let Some(ready) = conditions::get(conditions, READY).filter(|c| c.status == TRUE) else {
+        return (false, "NotReady");
+    };
+    let min_ready = i64::from(machine.spec.min_ready_seconds.unwrap_or(0).max(0));
+    if min_ready == 0 {
+        return (true, "Available");
+    }
+    let since = ready
+        .last_transition_time
+        .as_deref()
+        .and_then(|t| t.parse::<jiff::Timestamp>().ok());
+    let now = now.parse::<jiff::Timestamp>().ok();
+    match (since, now) {
+        (Some(since), Some(now)) if now.as_second() - since.as_second() >= min_ready => {
+            (true, "Available")
+        }
+        _ => (false, "WaitingForMinReadySeconds"),
+    }
+}
+
 pub fn compute_status(
     machine: &Machine,
     observed: &Observed,
@@ -283,6 +314,18 @@ pub fn compute_status(
             "NotReady"
         },
         String::new(),
+    );
+    let (available, available_reason) = available(machine, &status.conditions, now);
+    conditions::set_condition(
+        &mut status.conditions,
+        conditions::condition(
+            AVAILABLE,
+            if available { TRUE } else { FALSE },
+            available_reason,
+            String::new(),
+            generation,
+        ),
+        now,
     );
 
     let mut init = status
@@ -857,11 +900,15 @@ impl Reconciler for MachineController {
         let status = compute_status(&machine, &observed, false, &conditions::now());
         let before = machine.status.clone().unwrap_or_default();
         patch::patch_status(&machines, &current, &before, &status).await?;
-        Ok(if status.phase.as_deref() == Some(PHASE_RUNNING) {
-            Action::requeue(HEALTH_REQUEUE)
-        } else {
-            Action::requeue(WAIT_REQUEUE)
-        })
+        let waiting_to_be_available = conditions::get(&status.conditions, AVAILABLE)
+            .is_some_and(|c| c.reason.as_deref() == Some("WaitingForMinReadySeconds"));
+        Ok(
+            if status.phase.as_deref() == Some(PHASE_RUNNING) && !waiting_to_be_available {
+                Action::requeue(HEALTH_REQUEUE)
+            } else {
+                Action::requeue(WAIT_REQUEUE)
+            },
+        )
     }
 
     async fn cleanup(
@@ -934,15 +981,39 @@ impl MachineController {
             && !cluster_deleting
             && !machine.annotations().contains_key(ANNOTATION_EXCLUDE_DRAIN)
         {
-            let started = status
+            let deletion = status
                 .deletion
-                .get_or_insert_with(MachineDeletionStatus::default)
+                .get_or_insert_with(MachineDeletionStatus::default);
+            if deletion.node_drain_start_time.is_none() {
+                tracing::info!(machine = %machine.name_any(), %node, "draining the Node");
+            }
+            let started = deletion
                 .node_drain_start_time
                 .get_or_insert_with(|| now_text.to_owned())
                 .clone();
             if !drain_timed_out(machine, Some(&started), jiff::Timestamp::now()) {
                 let outcome = match self.workloads(client).client(&key).await {
-                    Ok(workload) => drain::drain_pass(&workload, node).await?,
+                    // Bounded: a request the workload API server never answers (a connection
+                    // that died under it) must not hold this reconcile for the client's read
+                    // timeout (minutes); dropping it drops the connection, and the next pass
+                    // opens a new one.
+                    Ok(workload) => match tokio::time::timeout(
+                        DRAIN_PASS_TIMEOUT,
+                        drain::drain_pass(&workload, node),
+                    )
+                    .await
+                    {
+                        Ok(outcome) => outcome?,
+                        Err(_) => DrainOutcome {
+                            blocked: vec![(
+                                String::new(),
+                                format!(
+                                    "the workload API did not answer within {DRAIN_PASS_TIMEOUT:?}"
+                                ),
+                            )],
+                            ..DrainOutcome::default()
+                        },
+                    },
                     Err(err) => DrainOutcome {
                         blocked: vec![(
                             String::new(),
@@ -1016,6 +1087,73 @@ impl MachineController {
 mod tests {
     use super::*;
     use capstan_model::capi::v1beta2::{MachineDeletion, MachineSpec};
+
+    #[test]
+    fn available_is_ready_for_min_ready_seconds() {
+        let ready_at = |status: &str| {
+            vec![capstan_model::meta::Condition {
+                type_: READY.into(),
+                status: status.into(),
+                last_transition_time: Some("2030-01-01T00:00:00Z".into()),
+                ..Default::default()
+            }]
+        };
+        let mut waiting = machine(&[]);
+        waiting.spec.min_ready_seconds = Some(30);
+        // (machine, its conditions, now) → (available, reason)
+        let cases = [
+            (
+                machine(&[]),
+                ready_at(TRUE),
+                "2030-01-01T00:00:00Z",
+                (true, "Available"),
+            ),
+            (
+                machine(&[]),
+                ready_at(FALSE),
+                "2030-01-01T00:00:00Z",
+                (false, "NotReady"),
+            ),
+            (
+                machine(&[]),
+                vec![],
+                "2030-01-01T00:00:00Z",
+                (false, "NotReady"),
+            ),
+            (
+                waiting.clone(),
+                ready_at(TRUE),
+                "2030-01-01T00:00:29Z",
+                (false, "WaitingForMinReadySeconds"),
+            ),
+            (
+                waiting,
+                ready_at(TRUE),
+                "2030-01-01T00:00:30Z",
+                (true, "Available"),
+            ),
+        ];
+        for (machine, conditions, now, expected) in cases {
+            assert_eq!(available(&machine, &conditions, now), expected, "{now}");
+        }
+        // compute_status writes it beside Ready.
+        let status = compute_status(
+            &machine(&[]),
+            &observed(
+                BootstrapState::Ready,
+                InfraState::Provisioned,
+                NodeState::NoProviderId,
+            ),
+            false,
+            "2030-01-01T00:00:00Z",
+        );
+        let condition = conditions::get(&status.conditions, AVAILABLE)
+            .unwrap_or_else(|| panic!("no Available"));
+        assert_eq!(
+            (condition.status.as_str(), condition.reason.as_deref()),
+            (FALSE, Some("NotReady"))
+        );
+    }
 
     fn machine(labels: &[(&str, &str)]) -> Machine {
         let mut m = Machine::new(

@@ -170,24 +170,12 @@ pub async fn run_controllers(
     capstan_runtime::run(client, options.runtime, make).await
 }
 
-/// The CustomResourceDefinitions the controllers need: capstan's built-in kinds outside the core
-/// and platform groups (what `capstan crds` prints for installing into a real cluster), in the form
+/// The CustomResourceDefinitions the controllers need: capstan's own kinds (what `capstan crds`
+/// prints for installing into a real cluster, and `capstan serve` stores), in the form
 /// kube-apiserver accepts.
 pub fn crds() -> Vec<Value> {
-    const PLATFORM_GROUPS: &[&str] = &[
-        "",
-        "apiextensions.k8s.io",
-        "coordination.k8s.io",
-        "events.k8s.io",
-        "policy",
-    ];
-    capstan_apiserver::registry::builtin_crds()
+    capstan_apiserver::registry::capstan_crds()
         .into_iter()
-        .filter(|crd| {
-            crd["spec"]["group"]
-                .as_str()
-                .is_some_and(|g| !PLATFORM_GROUPS.contains(&g))
-        })
         .map(|mut crd| {
             for_real_api_server(&mut crd);
             crd

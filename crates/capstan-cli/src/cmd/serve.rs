@@ -131,6 +131,12 @@ async fn serve(args: Args, style: &Style) -> anyhow::Result<Exit> {
         capstan_apiserver::builtin::tokens::SigningKey::load_or_create(&pki)
             .context("preparing the ServiceAccount signing key")?,
     );
+    // The definitions of capstan's own kinds, as on a management cluster with the providers
+    // installed (clusterctl reads them); `--crds` below replaces them with the ones it names.
+    server
+        .publish_builtin_crds()
+        .await
+        .context("storing the CustomResourceDefinitions of capstan's kinds")?;
     if let Some(dir) = &args.crds {
         let set = capstan_schema::CrdSet::load_dir(dir)
             .with_context(|| format!("reading CRDs from {}", dir.display()))?;
