@@ -51,12 +51,8 @@ fn row<'a>(tree: &'a str, object: &str) -> Vec<&'a str> {
 #[test]
 fn clusterctl_describes_capstans_cluster_and_gets_its_kubeconfig() {
     let work = tempfile::tempdir().unwrap();
-    let bundle = work.path().join("bundle");
-    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/capi-1.yaml");
-    render(&example, &bundle, &[]);
-    let server = Serve::start_with_bundle(work.path(), &bundle);
+    let server = Serve::start_with_capi_1_running(work.path());
     let (kc, log) = (server.kubeconfig.clone(), server.log.clone());
-    wait_machines_running(&kc, &log, 4, Duration::from_secs(240));
 
     // Available follows Ready (minReadySeconds 0) on the Machines' next status write.
     let mut tree = String::new();

@@ -17,7 +17,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use serde_json::Value;
-use std::path::Path;
 use std::time::Duration;
 
 mod support;
@@ -51,14 +50,9 @@ spec:
 #[test]
 fn the_capi_1_bundle_becomes_a_running_cluster_scales_and_goes_away() {
     let work = tempfile::tempdir().unwrap();
-    let bundle = work.path().join("bundle");
-    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/capi-1.yaml");
-    render(&example, &bundle, &[]);
-    let server = Serve::start_with_bundle(work.path(), &bundle);
-    let (kc, log) = (server.kubeconfig.clone(), server.log.clone());
-
     // The cluster comes up: 3 control planes, then the worker, each with a Node.
-    wait_machines_running(&kc, &log, 4, Duration::from_secs(240));
+    let server = Serve::start_with_capi_1_running(work.path());
+    let (kc, log) = (server.kubeconfig.clone(), server.log.clone());
     until("Cluster Provisioned", Duration::from_secs(60), &log, || {
         let clusters = items(&kc, "clusters.cluster.x-k8s.io");
         match clusters.first() {

@@ -74,6 +74,22 @@ impl Serve {
         server
     }
 
+    /// capi-1's bundle (`capstan render examples/capi-1.yaml --fake-bmcs` into `work/bundle`),
+    /// applied to a server started in `work`, up to its 4 Machines Running.
+    pub fn start_with_capi_1_running(work: &Path) -> Serve {
+        let bundle = work.join("bundle");
+        let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/capi-1.yaml");
+        render(&example, &bundle, &[]);
+        let server = Self::start_with_bundle(work, &bundle);
+        wait_machines_running(
+            &server.kubeconfig,
+            &server.log,
+            4,
+            std::time::Duration::from_secs(240),
+        );
+        server
+    }
+
     /// SIGKILL: no shutdown, no flush, as a crash or an OOM kill leaves it.
     pub fn sigkill(mut self) {
         self.child.kill().unwrap();
