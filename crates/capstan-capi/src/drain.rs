@@ -54,10 +54,11 @@ impl DrainOutcome {
         let mut parts = Vec::new();
         if let Some((pod, why)) = self.blocked.first() {
             let more = self.blocked.len() - 1;
-            parts.push(if more > 0 {
-                format!("Pod {pod} cannot be evicted ({why}) and {more} more")
-            } else {
-                format!("Pod {pod} cannot be evicted ({why})")
+            parts.push(match (pod.is_empty(), more) {
+                // Not a Pod's refusal: the pass itself could not finish (the workload API).
+                (true, _) => why.clone(),
+                (false, 0) => format!("Pod {pod} cannot be evicted ({why})"),
+                (false, more) => format!("Pod {pod} cannot be evicted ({why}) and {more} more"),
             });
         }
         if !self.evicted.is_empty() || !self.terminating.is_empty() {
@@ -221,6 +222,19 @@ mod tests {
         assert_eq!(
             outcome.summary(),
             "Pod app/db-0 cannot be evicted (would violate PodDisruptionBudget app/db)"
+        );
+        // A pass that could not finish says why, without posing as a Pod's refusal.
+        let unanswered = DrainOutcome {
+            blocked: vec![(
+                String::new(),
+                "the workload API did not answer within 30s".into(),
+            )],
+            ..DrainOutcome::default()
+        };
+        assert!(!unanswered.done());
+        assert_eq!(
+            unanswered.summary(),
+            "the workload API did not answer within 30s"
         );
         assert!(
             DrainOutcome {

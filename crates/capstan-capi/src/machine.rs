@@ -37,8 +37,6 @@ pub const MACHINE_CONTROLLER: &str = "machine";
 pub const DEFAULT_NODE_DRAIN_TIMEOUT: Duration = Duration::from_secs(600);
 /// How often a Machine that waits (on a provider or its Node) is looked at again.
 pub const WAIT_REQUEUE: Duration = Duration::from_secs(10);
-/// How long one drain pass (cordon, list, evictions) may wait for the workload API server.
-pub const DRAIN_PASS_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often a Running Machine's Node health is checked.
 pub const HEALTH_REQUEUE: Duration = Duration::from_secs(60);
 /// How often a deletion step is retried while it waits.
@@ -993,27 +991,7 @@ impl MachineController {
                 .clone();
             if !drain_timed_out(machine, Some(&started), jiff::Timestamp::now()) {
                 let outcome = match self.workloads(client).client(&key).await {
-                    // Bounded: a request the workload API server never answers (a connection
-                    // that died under it) must not hold this reconcile for the client's read
-                    // timeout (minutes); dropping it drops the connection, and the next pass
-                    // opens a new one.
-                    Ok(workload) => match tokio::time::timeout(
-                        DRAIN_PASS_TIMEOUT,
-                        drain::drain_pass(&workload, node),
-                    )
-                    .await
-                    {
-                        Ok(outcome) => outcome?,
-                        Err(_) => DrainOutcome {
-                            blocked: vec![(
-                                String::new(),
-                                format!(
-                                    "the workload API did not answer within {DRAIN_PASS_TIMEOUT:?}"
-                                ),
-                            )],
-                            ..DrainOutcome::default()
-                        },
-                    },
+                    Ok(workload) => drain::drain_pass(&workload, node).await?,
                     Err(err) => DrainOutcome {
                         blocked: vec![(
                             String::new(),
