@@ -5,7 +5,8 @@
 //! One call is one pass: it evicts what it can and reports what remains; the Machine controller
 //! calls it again on the next pass until nothing remains or the drain timeout has passed.
 //! DaemonSet Pods (their controller would recreate them at once), mirror Pods (the kubelet owns
-//! them) and finished Pods are left alone.
+//! them), finished Pods and Pods labelled `cluster.x-k8s.io/drain: skip` (Cluster API's label for
+//! Pods a drain must not evict) are left alone.
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, EvictParams, ListParams, Patch, PatchParams};
@@ -14,6 +15,11 @@ use serde_json::json;
 
 /// Annotation the kubelet puts on mirror Pods.
 pub const ANNOTATION_MIRROR: &str = "kubernetes.io/config.mirror";
+
+/// Label that keeps a Pod out of drains when its value is [`DRAIN_SKIP`].
+pub const LABEL_DRAIN: &str = "cluster.x-k8s.io/drain";
+/// The value of [`LABEL_DRAIN`] that skips the Pod.
+pub const DRAIN_SKIP: &str = "skip";
 
 /// Why a drain pass could not run.
 #[derive(Debug, thiserror::Error)]
@@ -39,7 +45,7 @@ pub struct DrainOutcome {
     pub terminating: Vec<String>,
     /// Pods whose eviction was refused, with why (a PodDisruptionBudget, typically).
     pub blocked: Vec<(String, String)>,
-    /// Pods left alone (DaemonSet, mirror, finished).
+    /// Pods left alone (DaemonSet, mirror, finished, labelled to be skipped).
     pub skipped: usize,
 }
 
@@ -74,7 +80,7 @@ impl DrainOutcome {
 /// What to do with one Pod on a draining Node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PodAction {
-    /// Leave it (DaemonSet, mirror or finished Pod).
+    /// Leave it (DaemonSet, mirror, finished or skip-labelled Pod).
     Skip,
     /// Evicted already; wait for it to go.
     Wait,
@@ -94,7 +100,11 @@ pub fn classify(pod: &Pod) -> PodAction {
         .as_ref()
         .and_then(|s| s.phase.as_deref())
         .is_some_and(|p| p == "Succeeded" || p == "Failed");
-    if daemon_set || mirror || finished {
+    let labelled_skip = pod
+        .labels()
+        .get(LABEL_DRAIN)
+        .is_some_and(|v| v == DRAIN_SKIP);
+    if daemon_set || mirror || finished || labelled_skip {
         PodAction::Skip
     } else if pod.metadata.deletion_timestamp.is_some() {
         PodAction::Wait
@@ -105,6 +115,8 @@ pub fn classify(pod: &Pod) -> PodAction {
 
 /// One drain pass over `node` in the workload cluster of `client`.
 pub async fn drain_pass(client: &Client, node: &str) -> Result<DrainOutcome, DrainError> {
+    // Each workload call is timed at debug level: a pass that waits shows where.
+    let started = std::time::Instant::now();
     let nodes: Api<Node> = Api::all(client.clone());
     let cordon = json!({"spec": {"unschedulable": true}});
     match nodes
@@ -121,6 +133,7 @@ pub async fn drain_pass(client: &Client, node: &str) -> Result<DrainOutcome, Dra
             });
         }
     }
+    tracing::debug!(node, elapsed = ?started.elapsed(), "drain: cordoned");
     let pods: Api<Pod> = Api::all(client.clone());
     let on_node = pods
         .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
@@ -130,6 +143,7 @@ pub async fn drain_pass(client: &Client, node: &str) -> Result<DrainOutcome, Dra
             source: Box::new(source),
         })?
         .items;
+    tracing::debug!(node, pods = on_node.len(), elapsed = ?started.elapsed(), "drain: listed the Pods");
     let mut outcome = DrainOutcome::default();
     for pod in on_node {
         // The field selector is honoured by real API servers; checked again for any that ignore it.
@@ -143,7 +157,9 @@ pub async fn drain_pass(client: &Client, node: &str) -> Result<DrainOutcome, Dra
             PodAction::Wait => outcome.terminating.push(key),
             PodAction::Evict => {
                 let api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
-                match api.evict(&pod.name_any(), &EvictParams::default()).await {
+                let result = api.evict(&pod.name_any(), &EvictParams::default()).await;
+                tracing::debug!(node, pod = %key, ok = result.is_ok(), elapsed = ?started.elapsed(), "drain: eviction answered");
+                match result {
                     Ok(_) => outcome.evicted.push(key),
                     Err(kube::Error::Api(e)) if e.code == 404 => {}
                     Err(kube::Error::Api(e)) if e.code == 429 => {
@@ -188,6 +204,12 @@ mod tests {
         }
     }
 
+    fn labelled(key: &str, value: &str) -> Pod {
+        let mut p = pod(Some("ReplicaSet"), false, "Running", false);
+        p.metadata.labels = Some([(key.to_owned(), value.to_owned())].into());
+        p
+    }
+
     #[test]
     fn classification_table() {
         let cases = [
@@ -203,6 +225,10 @@ mod tests {
             (pod(None, true, "Running", false), PodAction::Skip),
             (pod(None, false, "Succeeded", false), PodAction::Skip),
             (pod(None, false, "Running", true), PodAction::Wait),
+            (labelled(LABEL_DRAIN, DRAIN_SKIP), PodAction::Skip),
+            // Only "skip" skips; any other value is drained as usual.
+            (labelled(LABEL_DRAIN, "yes"), PodAction::Evict),
+            (labelled("app", DRAIN_SKIP), PodAction::Evict),
         ];
         for (i, (pod, want)) in cases.iter().enumerate() {
             assert_eq!(classify(pod), *want, "case {i}");

@@ -940,9 +940,10 @@ impl Reconciler for MachineController {
             conditions::condition(READY, FALSE, "Deleting", "", machine.metadata.generation),
             &now_text,
         );
+        let patching = std::time::Instant::now();
         patch::patch_status(&machines, &*machine, &before, &status).await?;
         if let DeletionStep::Draining(summary) = &step {
-            tracing::debug!(machine = %machine.name_any(), %summary, "draining");
+            tracing::debug!(machine = %machine.name_any(), %summary, patch = ?patching.elapsed(), "draining");
         }
         Ok(match step {
             DeletionStep::Done => Cleanup::Done,

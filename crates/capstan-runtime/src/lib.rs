@@ -41,7 +41,7 @@ pub mod stores;
 pub mod tables;
 pub mod watches;
 
-pub use client::client_from_kubeconfig;
+pub use client::{client_from_kubeconfig, controller_client};
 pub use controller::{Cleanup, Context, Reconciler, controller_task};
 pub use health::{Health, health_router};
 pub use kube::runtime::controller::Action;

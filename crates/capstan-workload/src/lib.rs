@@ -212,7 +212,9 @@ impl KubeconfigAccess {
                 secret: secret_name.clone(),
                 reason,
             })?;
+        let probing = Instant::now();
         probe(cluster, &client).await?;
+        tracing::debug!(%cluster, probe = ?probing.elapsed(), "workload client built");
         self.cache().insert(
             cluster.clone(),
             Cached {
@@ -267,7 +269,9 @@ pub async fn client_from_kubeconfig_bytes(bytes: &[u8]) -> Result<Client, String
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
         .map_err(|e| format!("its current context is not usable ({e})"))?;
-    Client::try_from(config).map_err(|e| format!("building a client failed ({e})"))
+    // No client-side retries: a drain's Eviction must see its 429 at once (capstan-runtime's client).
+    capstan_runtime::controller_client(config)
+        .map_err(|e| format!("building a client failed ({e})"))
 }
 
 #[cfg(test)]

@@ -204,6 +204,10 @@ spec:
     spec:
       clusterName: {CLUSTER}
       version: {VERSION}
+      # Cilium's operator tolerates every taint, so it comes back on the cordoned Node and holds
+      # the drain until this timeout (the default is 600 s): kept short, as teams set it.
+      deletion:
+        nodeDrainTimeoutSeconds: 240
       bootstrap:
         configRef:
           apiGroup: bootstrap.cluster.x-k8s.io
@@ -862,8 +866,8 @@ fn a_real_kubernetes_cluster_comes_up_from_capstans_bootstrap_data_and_goes_away
     assert!(ok, "{out}");
     until(
         "the worker cordoned, its Pod held by the budget",
-        // The first pass can wait minutes for the workload API (docs/clusters.md).
-        Duration::from_secs(900),
+        // Within the drain timeout: after it the drain gives up and the hold is never seen.
+        Duration::from_secs(240),
         || {
             let nodes = try_items(&workload, &["nodes"])?;
             let worker = nodes.iter().find(|n| name_of(n) == WORKER.0);
@@ -890,6 +894,15 @@ fn a_real_kubernetes_cluster_comes_up_from_capstans_bootstrap_data_and_goes_away
                 ))
             }
         },
+    );
+    // The MachineDeployment's drain timeout reached the Machine.
+    let machines = machines_of(&kc);
+    let worker_machine = machine_with(&machines, false)
+        .cloned()
+        .unwrap_or(Value::Null);
+    assert_eq!(
+        worker_machine["spec"]["deletion"]["nodeDrainTimeoutSeconds"], 240,
+        "{worker_machine:#}"
     );
     phases.push((
         "scale-down → drain held by the budget".to_owned(),

@@ -389,7 +389,10 @@ impl Serve {
             .args(extra)
             .env(
                 "CAPSTAN_LOG",
-                "debug,kube=info,hyper=info,tower=info,h2=info,rustls=info",
+                // CAPSTAN_E2E_SERVE_LOG widens it (e.g. `hyper_util=debug`) when a run is studied.
+                std::env::var("CAPSTAN_E2E_SERVE_LOG").unwrap_or_else(|_| {
+                    "debug,kube=info,hyper=info,tower=info,h2=info,rustls=info".to_owned()
+                }),
             )
             .stdout(Stdio::piped())
             .stderr(log)
