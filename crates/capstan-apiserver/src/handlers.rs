@@ -870,6 +870,11 @@ fn watch_line(event_type: &str, object: &Value) -> Bytes {
     Bytes::from(line)
 }
 
+/// How often a watch that allows bookmarks gets one: kube-apiserver's period (about a minute). Each
+/// keeps the watcher's resourceVersion inside the retained log; every watch of every in-process
+/// controller gets them, so a shorter period is a steady cost on an idle server.
+const BOOKMARK_EVERY: Duration = Duration::from_secs(60);
+
 async fn watch_collection(state: Arc<ApiState>, request: Request) -> Result<Response, ApiError> {
     let (labels, fields) = selectors(&request)?;
     let name_filter = request.path.name.clone();
@@ -956,7 +961,7 @@ async fn watch_collection(state: Arc<ApiState>, request: Request) -> Result<Resp
         request.storage_resource(),
         request.path.namespace.clone(),
         from,
-        bookmarks.then(|| Duration::from_secs(1)),
+        bookmarks.then_some(BOOKMARK_EVERY),
     );
     let api_version = request.served.api_version();
     let kind = request.kind().to_owned();

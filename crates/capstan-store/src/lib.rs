@@ -560,8 +560,8 @@ impl Store {
 
     /// Follows changes of `resource` (in `namespace`, or all) after resourceVersion `after`.
     /// Fails with [`StoreError::Gone`] if that version is older than the retained log.
-    /// With `bookmarks`, a [`WatchItem::Bookmark`] is sent after that much quiet: every change of the
-    /// watched resource up to the bookmark's version has been delivered.
+    /// With `bookmarks`, a [`WatchItem::Bookmark`] is sent that often, however busy the store: every
+    /// change of the watched resource up to the bookmark's version has been delivered.
     pub fn watch(
         &self,
         resource: String,

@@ -140,25 +140,33 @@ impl Follower {
         if self.catch_up(None).await.is_err() {
             return;
         }
+        // Bookmarks are periodic, not "after quiet": a watch on a quiet kind of a busy store still
+        // gets them, so its resourceVersion stays inside the retained log.
+        let mut bookmark_due = bookmarks.map(|every| tokio::time::Instant::now() + every);
         loop {
-            let received = match bookmarks {
-                Some(every) => match tokio::time::timeout(every, live.recv()).await {
+            let received = match (bookmark_due, bookmarks) {
+                (Some(due), Some(every)) => match tokio::time::timeout_at(due, live.recv()).await {
                     Ok(received) => received,
-                    Err(_quiet) => {
+                    Err(_due) => {
+                        bookmark_due = Some(tokio::time::Instant::now() + every);
                         let head = self.store.head();
-                        if self.catch_up(Some(head)).await.is_err()
-                            || self
-                                .sender
-                                .send(Ok(WatchItem::Bookmark(self.last)))
-                                .await
-                                .is_err()
+                        // The live feed moves `last` with every commit, of any resource: when it
+                        // has reached the head there is no log to read (an idle store reads none).
+                        if head > self.last && self.catch_up(Some(head)).await.is_err() {
+                            return;
+                        }
+                        if self
+                            .sender
+                            .send(Ok(WatchItem::Bookmark(self.last)))
+                            .await
+                            .is_err()
                         {
                             return;
                         }
                         continue;
                     }
                 },
-                None => live.recv().await,
+                _ => live.recv().await,
             };
             match received {
                 Ok(event) => {

@@ -202,6 +202,53 @@ async fn bookmarks_never_run_ahead_of_delivered_events() {
 }
 
 #[tokio::test]
+async fn a_watch_on_a_quiet_kind_gets_bookmarks_while_other_kinds_are_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir);
+    let mut watch = store
+        .watch(
+            "cluster.x-k8s.io/clusters".into(),
+            None,
+            0,
+            Some(Duration::from_millis(20)),
+        )
+        .unwrap();
+    let mut written = 0;
+    for i in 0..20u64 {
+        let key = ObjectKey::new("cluster.x-k8s.io/machines", "default", format!("m{i}"));
+        written = store
+            .create(key, obj("m", i))
+            .await
+            .unwrap()
+            .resource_version;
+    }
+    // Machines are written without pause: were bookmarks sent only after quiet, none would come.
+    let writer = store.clone();
+    let busy = tokio::spawn(async move {
+        for i in 0u64.. {
+            let key = ObjectKey::new("cluster.x-k8s.io/machines", "busy", format!("b{i}"));
+            if writer.create(key, obj("b", i)).await.is_err() {
+                return;
+            }
+        }
+    });
+    let bookmark = loop {
+        match tokio::time::timeout(Duration::from_secs(10), watch.next())
+            .await
+            .expect("no bookmark within 10 s while other kinds were written")
+            .unwrap()
+            .unwrap()
+        {
+            WatchItem::Event(e) => panic!("an event of another kind was sent: {:?}", e.key),
+            WatchItem::Bookmark(rv) if rv >= written => break rv,
+            WatchItem::Bookmark(_) => {}
+        }
+    };
+    busy.abort();
+    assert!(bookmark <= store.head());
+}
+
+#[tokio::test]
 async fn compacted_versions_are_gone() {
     let dir = tempfile::tempdir().unwrap();
     let options = StoreOptions {

@@ -22,12 +22,23 @@ pub const FINALIZER: &str = "kubernetes";
 /// Starts the namespace lifecycle loop; it ends when the server is dropped.
 pub fn spawn(state: Weak<ApiState>) {
     tokio::spawn(async move {
+        // The namespaces' change marker at the last pass that found none terminating: while it
+        // holds, a pass would find nothing to do, so an idle server reads nothing.
+        let mut settled_at: Option<u64> = None;
         loop {
             let Some(strong) = state.upgrade() else {
                 return;
             };
-            if let Err(err) = reconcile_all(&strong).await {
-                tracing::warn!(error = %err, "namespace lifecycle pass failed");
+            // Read before the pass: a write during it changes the marker and is seen next time.
+            let marker = strong.store.last_change("/namespaces");
+            if settled_at != Some(marker) {
+                settled_at = match reconcile_all(&strong).await {
+                    Ok(terminating) => (terminating == 0).then_some(marker),
+                    Err(err) => {
+                        tracing::warn!(error = %err, "namespace lifecycle pass failed");
+                        None
+                    }
+                };
             }
             drop(strong);
             tokio::time::sleep(RESYNC).await;
@@ -51,19 +62,21 @@ fn namespaced_resources(state: &ApiState) -> BTreeSet<String> {
         .collect()
 }
 
-/// One pass over every terminating namespace.
-pub async fn reconcile_all(state: &Arc<ApiState>) -> Result<(), StoreError> {
+/// One pass over every terminating namespace; how many there were.
+pub async fn reconcile_all(state: &Arc<ApiState>) -> Result<usize, StoreError> {
     let namespaces = state
         .store
         .list("/namespaces".into(), None, None, None, None)
         .await?;
+    let mut terminating = 0;
     for stored in namespaces.items {
         let value = stored.value()?;
         if lifecycle::is_being_deleted(&value) {
+            terminating += 1;
             reconcile(state, &stored.key.name).await?;
         }
     }
-    Ok(())
+    Ok(terminating)
 }
 
 /// Deletes the contents of a terminating namespace and, once it is empty, finalizes it.
