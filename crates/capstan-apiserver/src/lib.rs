@@ -54,7 +54,7 @@ mod wire;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Query, Request as HttpRequest, State};
-use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
@@ -744,6 +744,26 @@ async fn api(
         return ApiError::NoSuchResource.into_response();
     };
     let registry = state.registry_read();
+    if matches!(target, target::Target::Root)
+        && let Some(version) = headers
+            .get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .and_then(discovery::aggregated_version)
+    {
+        let core = uri.path().trim_end_matches('/') == "/api";
+        let document = discovery::aggregated(&registry, core, version);
+        let mut response = axum::Json(document).into_response();
+        if let Ok(media_type) = HeaderValue::from_str(&discovery::aggregated_media_type(version)) {
+            response
+                .headers_mut()
+                .insert(header::CONTENT_TYPE, media_type);
+        }
+        // The answer depends on Accept: caches must keep the two forms apart.
+        response
+            .headers_mut()
+            .insert(header::VARY, HeaderValue::from_static("Accept"));
+        return response;
+    }
     let found = match target {
         target::Target::Root if uri.path().trim_end_matches('/') == "/api" => {
             Some(discovery::core_versions())

@@ -498,3 +498,55 @@ fn every_installed_kubectl_version_applies_lists_and_deletes() {
         assert_eq!(names.trim(), "baremetalhost.metal3.io/node-0", "{name}");
     }
 }
+
+/// The discovery URLs (`/api`, `/apis`, `/api/v1`, `/apis/G/V`) a kubectl command fetched, from its
+/// `-v=6` log (both the 1.27 and the 1.30+ log formats name each response's URL).
+fn discovery_urls(log: &str) -> std::collections::BTreeSet<String> {
+    log.lines()
+        .filter(|l| l.contains("GET") && (l.contains("Response") || l.contains(" OK in ")))
+        .filter_map(|l| {
+            let url = &l[l.find("https://")?..];
+            let end = url.find(['?', '"', ' ']).unwrap_or(url.len());
+            let path = url[8..end].split_once('/').map(|(_, p)| format!("/{p}"))?;
+            (path.split('/').filter(|s| !s.is_empty()).count() <= 3).then_some(path)
+        })
+        .collect()
+}
+
+#[test]
+fn kubectl_discovers_every_group_in_two_requests() {
+    // client-go asks for aggregated discovery first (v2 from 1.30, v2beta1 before): the answers to
+    // /api and /apis carry every group's resources, so no group version is fetched on its own.
+    let mut binaries = vec![PathBuf::from("kubectl")];
+    binaries.extend(other_kubectls());
+    for kubectl in binaries {
+        let server = start();
+        let name = kubectl.display().to_string();
+        ok(&kubectl_at(
+            &kubectl,
+            &server,
+            &["apply", "-f", "-"],
+            Some(HOSTS),
+        ));
+        // A fresh discovery cache: HOME is the server's directory, so use another one.
+        let home = tempfile::tempdir().unwrap();
+        let out = Command::new(&kubectl)
+            .arg("--kubeconfig")
+            .arg(&server.kubeconfig)
+            .args(["get", "bmh", "-v=6"])
+            .env("HOME", home.path())
+            .output()
+            .unwrap();
+        let log = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && String::from_utf8_lossy(&out.stdout).contains("node-0"),
+            "{name}: {log}"
+        );
+        let urls = discovery_urls(&log);
+        assert_eq!(
+            urls.into_iter().collect::<Vec<_>>(),
+            vec!["/api".to_owned(), "/apis".to_owned()],
+            "{name} fetched more than the aggregated documents:\n{log}"
+        );
+    }
+}

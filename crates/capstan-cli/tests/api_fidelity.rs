@@ -183,6 +183,13 @@ fn keep_groups(body: &mut Value) {
     }
     if let Some(items) = body["items"].as_array_mut() {
         items.retain(|g| GROUPS.contains(&g["metadata"]["name"].as_str().unwrap_or_default()));
+        // As the legacy list: by name (the order of groups is compared in `apis-order`).
+        items.sort_by_key(|g| {
+            g["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        });
         // Aggregated discovery: within the groups kept, the resources both serve.
         for group in items.iter_mut() {
             for version in group["versions"].as_array_mut().into_iter().flatten() {
