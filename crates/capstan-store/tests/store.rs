@@ -166,18 +166,23 @@ async fn watches_replay_from_a_version_then_follow_live_changes() {
     assert!(v2 > v1);
 }
 
-#[tokio::test]
-async fn bookmarks_never_run_ahead_of_delivered_events() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir);
-    let mut watch = store
+/// A watch of every Cluster from the start, with a bookmark every 20 ms.
+fn clusters_with_bookmarks(store: &Store) -> capstan_store::WatchStream {
+    store
         .watch(
             "cluster.x-k8s.io/clusters".into(),
             None,
             0,
             Some(Duration::from_millis(20)),
         )
-        .unwrap();
+        .unwrap()
+}
+
+#[tokio::test]
+async fn bookmarks_never_run_ahead_of_delivered_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir);
+    let mut watch = clusters_with_bookmarks(&store);
     let created = store.create(key("b1"), obj("b1", 0)).await.unwrap();
     let mut seen_event = false;
     loop {
@@ -205,14 +210,7 @@ async fn bookmarks_never_run_ahead_of_delivered_events() {
 async fn a_watch_on_a_quiet_kind_gets_bookmarks_while_other_kinds_are_written() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(&dir);
-    let mut watch = store
-        .watch(
-            "cluster.x-k8s.io/clusters".into(),
-            None,
-            0,
-            Some(Duration::from_millis(20)),
-        )
-        .unwrap();
+    let mut watch = clusters_with_bookmarks(&store);
     let mut written = 0;
     for i in 0..20u64 {
         let key = ObjectKey::new("cluster.x-k8s.io/machines", "default", format!("m{i}"));
