@@ -1512,7 +1512,7 @@ async fn create_once(
         state.quotas.wake();
     }
     if let Some(crd) = crd {
-        state.registry_write().insert(crd);
+        state.update_registry(|r| r.insert(crd));
     }
     Ok((
         StatusCode::CREATED,
@@ -1659,7 +1659,7 @@ async fn write_owned(
         )
         .await?;
     if let Some(crd) = crd {
-        state.registry_write().insert(crd);
+        state.update_registry(|r| r.insert(crd));
     }
     Ok(committed(state, request, &stored))
 }
@@ -2012,7 +2012,7 @@ fn after_delete(
         let plural = value["spec"]["names"]["plural"]
             .as_str()
             .unwrap_or_default();
-        state.registry_write().remove(group, plural);
+        state.update_registry(|r| r.remove(group, plural));
     }
     Ok(())
 }

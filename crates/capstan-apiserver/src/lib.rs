@@ -123,10 +123,18 @@ pub struct Auth {
     pub tokens: Vec<String>,
 }
 
+/// Built aggregated discovery documents: (core group?, version) → (registry generation, JSON).
+type DiscoveryCache = std::sync::Mutex<HashMap<(bool, &'static str), (u64, Bytes)>>;
+
 /// Shared state of all requests.
 pub struct ApiState {
     pub store: Store,
-    registry: RwLock<Registry>,
+    /// The served kinds, and how many times they have changed (what the discovery cache keys on).
+    registry: RwLock<(Arc<Registry>, u64)>,
+    /// Aggregated discovery documents as last built, by (core group?, version), with the
+    /// registry generation they were built from: kubectl and clusterctl fetch them on every
+    /// command, and building one walks every kind.
+    discovery_cache: DiscoveryCache,
     pub converter: Arc<dyn Converter>,
     pub metrics: Arc<Metrics>,
     auth: Auth,
@@ -168,22 +176,51 @@ impl ApiState {
             .clone()
     }
 
-    fn registry_read(&self) -> Registry {
+    fn registry_read(&self) -> Arc<Registry> {
+        self.registry_with_generation().0
+    }
+
+    /// The served kinds and their generation, read together. Shared, not copied: every request
+    /// reads them, and a copy of the map of kinds was a request's largest allocation.
+    fn registry_with_generation(&self) -> (Arc<Registry>, u64) {
         match self.registry.read() {
             Ok(r) => r.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),
         }
     }
 
-    fn registry_write(&self) -> RwLockWriteGuard<'_, Registry> {
-        match self.registry.write() {
+    /// Changes the served kinds; the generation moves in the same critical section, so a reader
+    /// never sees new kinds under an old generation.
+    fn update_registry(&self, change: impl FnOnce(&mut Registry)) {
+        let mut guard: RwLockWriteGuard<'_, (Arc<Registry>, u64)> = match self.registry.write() {
             Ok(r) => r,
             Err(poisoned) => poisoned.into_inner(),
+        };
+        // Copied only when a request still holds the old one (rare: definitions change seldom).
+        change(Arc::make_mut(&mut guard.0));
+        guard.1 += 1;
+    }
+
+    /// The aggregated discovery document of the core group or of the others, as JSON bytes,
+    /// rebuilt only when the served kinds changed since it was last built.
+    fn aggregated_discovery(&self, core: bool, version: &'static str) -> Bytes {
+        let (registry, generation) = self.registry_with_generation();
+        let mut cache = self
+            .discovery_cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((built_at, bytes)) = cache.get(&(core, version))
+            && *built_at == generation
+        {
+            return bytes.clone();
         }
+        let bytes = Bytes::from(discovery::aggregated(&registry, core, version).to_string());
+        cache.insert((core, version), (generation, bytes.clone()));
+        bytes
     }
 
     /// The served kinds right now.
-    pub fn registry(&self) -> Registry {
+    pub fn registry(&self) -> Arc<Registry> {
         self.registry_read()
     }
 }
@@ -252,7 +289,8 @@ impl ApiServer {
         authz::ensure_default_policy(&store).await?;
         let state = Arc::new(ApiState {
             store,
-            registry: RwLock::new(registry),
+            registry: RwLock::new((Arc::new(registry), 0)),
+            discovery_cache: std::sync::Mutex::default(),
             converter,
             metrics: Arc::new(Metrics::default()),
             auth,
@@ -335,7 +373,7 @@ impl ApiServer {
             }
         }
         let name = crd.name.clone();
-        self.state.registry_write().insert(crd);
+        self.state.update_registry(|r| r.insert(crd));
         Ok(name)
     }
 
@@ -743,7 +781,6 @@ async fn api(
     let Some(target) = target::parse(uri.path()) else {
         return ApiError::NoSuchResource.into_response();
     };
-    let registry = state.registry_read();
     if matches!(target, target::Target::Root)
         && let Some(version) = headers
             .get(header::ACCEPT)
@@ -751,8 +788,7 @@ async fn api(
             .and_then(discovery::aggregated_version)
     {
         let core = uri.path().trim_end_matches('/') == "/api";
-        let document = discovery::aggregated(&registry, core, version);
-        let mut response = axum::Json(document).into_response();
+        let mut response = state.aggregated_discovery(core, version).into_response();
         if let Ok(media_type) = HeaderValue::from_str(&discovery::aggregated_media_type(version)) {
             response
                 .headers_mut()
@@ -764,6 +800,7 @@ async fn api(
             .insert(header::VARY, HeaderValue::from_static("Accept"));
         return response;
     }
+    let registry = state.registry_read();
     let found = match target {
         target::Target::Root if uri.path().trim_end_matches('/') == "/api" => {
             Some(discovery::core_versions())

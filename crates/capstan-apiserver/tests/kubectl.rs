@@ -550,3 +550,67 @@ fn kubectl_discovers_every_group_in_two_requests() {
         );
     }
 }
+
+const GADGETS_CRD: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: gadgets.example.com
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: gadgets, singular: gadget, kind: Gadget}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+"#;
+
+#[test]
+fn a_new_definition_shows_in_aggregated_discovery_at_once() {
+    // The server keeps the aggregated documents between requests: a CRD must rebuild them.
+    let server = start();
+    ok(&kubectl(&server, &["get", "bmh"], None));
+    ok(&kubectl(&server, &["apply", "-f", "-"], Some(GADGETS_CRD)));
+    let home = tempfile::tempdir().unwrap();
+    let out = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&server.kubeconfig)
+        .args(["get", "gadgets", "-A", "-v=6"])
+        .env("HOME", home.path())
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{log}");
+    assert_eq!(
+        discovery_urls(&log).into_iter().collect::<Vec<_>>(),
+        vec!["/api".to_owned(), "/apis".to_owned()],
+        "{log}"
+    );
+    ok(&kubectl(
+        &server,
+        &["delete", "crd", "gadgets.example.com"],
+        None,
+    ));
+    let out = kubectl_at(
+        Path::new("kubectl"),
+        &server,
+        &[
+            "get",
+            "gadgets",
+            "-A",
+            "--cache-dir",
+            &home.path().join("fresh").display().to_string(),
+        ],
+        None,
+    );
+    assert!(
+        !out.status.success()
+            && String::from_utf8_lossy(&out.stderr)
+                .contains("the server doesn't have a resource type"),
+        "a deleted definition is still discovered: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
