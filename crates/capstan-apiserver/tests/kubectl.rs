@@ -594,8 +594,7 @@ fn a_new_definition_shows_in_aggregated_discovery_at_once() {
         &["delete", "crd", "gadgets.example.com"],
         None,
     ));
-    let out = kubectl_at(
-        Path::new("kubectl"),
+    let out = kubectl(
         &server,
         &[
             "get",

@@ -142,13 +142,14 @@ impl Follower {
         }
         // Bookmarks are periodic, not "after quiet": a watch on a quiet kind of a busy store still
         // gets them, so its resourceVersion stays inside the retained log.
-        let mut bookmark_due = bookmarks.map(|every| tokio::time::Instant::now() + every);
+        // The period and when the next bookmark is due.
+        let mut bookmark = bookmarks.map(|every| (every, tokio::time::Instant::now() + every));
         loop {
-            let received = match (bookmark_due, bookmarks) {
-                (Some(due), Some(every)) => match tokio::time::timeout_at(due, live.recv()).await {
+            let received = match bookmark {
+                Some((every, due)) => match tokio::time::timeout_at(due, live.recv()).await {
                     Ok(received) => received,
                     Err(_due) => {
-                        bookmark_due = Some(tokio::time::Instant::now() + every);
+                        bookmark = Some((every, tokio::time::Instant::now() + every));
                         let head = self.store.head();
                         // The live feed moves `last` with every commit, of any resource: when it
                         // has reached the head there is no log to read (an idle store reads none).
@@ -166,7 +167,7 @@ impl Follower {
                         continue;
                     }
                 },
-                _ => live.recv().await,
+                None => live.recv().await,
             };
             match received {
                 Ok(event) => {
