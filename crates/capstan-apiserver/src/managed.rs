@@ -207,6 +207,15 @@ pub enum Reach {
 }
 
 impl Reach {
+    /// Whether the request can change the top-level field `key`.
+    fn keeps(self, key: &str) -> bool {
+        match self {
+            Self::All => true,
+            Self::NotStatus => key != "status",
+            Self::OnlyStatus => key == "status",
+        }
+    }
+
     fn filter(self, set: &FieldSet) -> FieldSet {
         let status = PathElement::Field("status".into());
         match self {
@@ -339,25 +348,29 @@ fn take_changed_fields(
     writer: Option<&Identity>,
     force: bool,
 ) -> Result<Comparison, Conflicts> {
-    let reach = |set: &FieldSet| ctx.reach.filter(set);
-    let here = structured::compare(old, new, &ctx.shape()).filtered(reach);
+    let keeps = |key: &str| ctx.reach.keeps(key);
+    let here = structured::compare_where(old, new, &ctx.shape(), keeps);
     let mut conflicts = Vec::new();
     let mut taken: Vec<(usize, FieldSet)> = Vec::new();
     let mut gone = Vec::new();
+    let mut converted_comparison;
     for (index, entry) in entries.iter().enumerate() {
         if writer.is_some_and(|w| entry.is(w)) {
             continue;
         }
         let compared = if entry.api_version == ctx.api_version {
-            here.clone()
+            &here
         } else {
             let converted = ctx.versions.shape(&entry.api_version).and_then(|shape| {
                 let old = ctx.versions.convert(old, &entry.api_version)?;
                 let new = ctx.versions.convert(new, &entry.api_version)?;
-                Some(structured::compare(&old, &new, &shape).filtered(reach))
+                Some(structured::compare_where(&old, &new, &shape, keeps))
             });
             match converted {
-                Some(c) => c,
+                Some(c) => {
+                    converted_comparison = c;
+                    &converted_comparison
+                }
                 // A version no longer served: its entries go, as upstream.
                 None => {
                     gone.push(index);
@@ -416,9 +429,9 @@ fn record_update(
     manager: &str,
 ) -> Vec<Entry> {
     let empty = json!({});
-    let old = without_managed_fields(live.unwrap_or(&empty));
-    let new = without_managed_fields(new);
-    let Ok(compared) = take_changed_fields(ctx, &old, &new, &mut entries, None, true) else {
+    // The comparison never looks at managedFields, so the objects are compared as they are.
+    let old = live.unwrap_or(&empty);
+    let Ok(compared) = take_changed_fields(ctx, old, new, &mut entries, None, true) else {
         return entries;
     };
     let fields = stripped(&compared.modified.union(&compared.added));

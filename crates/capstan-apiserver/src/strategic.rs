@@ -9,6 +9,7 @@
 //! clients then fall back to a JSON merge patch. The same is done here.
 
 use serde_json::{Map, Value};
+use std::borrow::Borrow;
 
 /// Why a strategic merge patch cannot be applied.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -40,8 +41,8 @@ pub enum ListStrategy {
 /// The merge strategy of the list at `field` under `parent` (the map key that holds it), taken from
 /// the `patchStrategy`/`patchMergeKey` tags of the Kubernetes types. `items` disambiguates the few
 /// names used by more than one type (`ports`, `addresses`).
-pub fn strategy(parent: Option<&str>, field: &str, items: &[Value]) -> ListStrategy {
-    let first_has = |key: &str| items.iter().any(|i| i.get(key).is_some());
+pub fn strategy<V: Borrow<Value>>(parent: Option<&str>, field: &str, items: &[V]) -> ListStrategy {
+    let first_has = |key: &str| items.iter().any(|i| i.borrow().get(key).is_some());
     match field {
         "finalizers" if parent == Some("metadata") => ListStrategy::MergeScalars,
         "podCIDRs" => ListStrategy::MergeScalars,
@@ -57,7 +58,7 @@ pub fn strategy(parent: Option<&str>, field: &str, items: &[Value]) -> ListStrat
         | "allocatedResourcesStatus"
         | "env" => ListStrategy::MergeKey("name"),
         "podIPs" | "hostIPs" => ListStrategy::MergeKey("ip"),
-        "secrets" if items.iter().all(Value::is_object) => ListStrategy::MergeKey("name"),
+        "secrets" if items.iter().all(|i| i.borrow().is_object()) => ListStrategy::MergeKey("name"),
         "volumeMounts" => ListStrategy::MergeKey("mountPath"),
         "volumeDevices" => ListStrategy::MergeKey("devicePath"),
         "hostAliases" => ListStrategy::MergeKey("ip"),
@@ -125,12 +126,7 @@ fn merge_map(
             (_, Value::Object(p)) => merge_map(None, p, &child_path, Some(key))?,
             (current, Value::Array(items)) => {
                 let current = current.and_then(Value::as_array);
-                let hint: Vec<Value> = current
-                    .into_iter()
-                    .flatten()
-                    .chain(items)
-                    .cloned()
-                    .collect();
+                let hint: Vec<&Value> = current.into_iter().flatten().chain(items).collect();
                 let parent_key = path.rsplit('.').next().filter(|s| !s.is_empty());
                 merge_list(
                     current.map(Vec::as_slice),
@@ -167,8 +163,7 @@ fn merge_map(
             .cloned()
             .unwrap_or_default();
         if let Some(Value::Array(list)) = result.get_mut(&field) {
-            let hint: Vec<Value> = list.clone();
-            let key = match strategy(parent_key, &field, &hint) {
+            let key = match strategy(parent_key, &field, list) {
                 ListStrategy::MergeKey(k) => Some(k),
                 _ => None,
             };

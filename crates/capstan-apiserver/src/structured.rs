@@ -14,6 +14,7 @@ use crate::fieldset::{FieldSet, Path, PathElement};
 use crate::strategic::{ListStrategy, strategy};
 use capstan_schema::{ListType, MapType, Schema};
 use serde_json::{Map, Value};
+use std::borrow::Borrow;
 use std::collections::{HashMap, HashSet};
 use std::sync::OnceLock;
 
@@ -107,7 +108,7 @@ impl<'s> Shape<'s> {
             )
     }
 
-    pub fn list_kind(&self, items: &[Value]) -> ListKind {
+    pub fn list_kind<V: Borrow<Value>>(&self, items: &[V]) -> ListKind {
         match self.schema.and_then(|s| s.list_type) {
             Some(ListType::Atomic) => return ListKind::Atomic,
             Some(ListType::Set) => return ListKind::Set,
@@ -135,7 +136,9 @@ impl<'s> Shape<'s> {
         // `resources.claims` a map by name.
         match (self.parent.as_deref(), field) {
             (Some("endpoints"), "addresses")
-                if items.iter().all(|i| !i.is_object() && !i.is_array()) =>
+                if items
+                    .iter()
+                    .all(|i| !i.borrow().is_object() && !i.borrow().is_array()) =>
             {
                 return ListKind::Set;
             }
@@ -268,11 +271,48 @@ impl Comparison {
     }
 }
 
-/// Compares `old` with `new`.
+/// Compares `old` with `new`. `metadata.managedFields` is never compared: nobody owns it, and
+/// leaving it out here spares a copy of both objects without it.
 pub fn compare(old: &Value, new: &Value, shape: &Shape<'_>) -> Comparison {
+    compare_where(old, new, shape, |_| true)
+}
+
+/// [`compare`] limited to the top-level fields `keep` lets through: a write that can change only
+/// `status` (or everything but it) is compared only there, rather than compared whole and filtered.
+pub fn compare_where(
+    old: &Value,
+    new: &Value,
+    shape: &Shape<'_>,
+    keep: impl Fn(&str) -> bool,
+) -> Comparison {
     let mut out = Comparison::default();
-    compare_at(Some(old), Some(new), shape, &mut Vec::new(), &mut out);
+    let (Some(om), Some(nm)) = (old.as_object(), new.as_object()) else {
+        compare_at(Some(old), Some(new), shape, &mut Vec::new(), &mut out);
+        return out;
+    };
+    let keys = om
+        .keys()
+        .chain(nm.keys().filter(|k| !om.contains_key(*k)))
+        .filter(|k| keep(k));
+    let mut path = Vec::new();
+    for key in keys {
+        path.push(PathElement::Field(key.clone()));
+        compare_at(
+            om.get(key),
+            nm.get(key),
+            &shape.child(key),
+            &mut path,
+            &mut out,
+        );
+        path.pop();
+    }
     out
+}
+
+/// Whether `key` under `path` is `metadata.managedFields`.
+fn is_managed_fields(path: &Path, key: &str) -> bool {
+    key == "managedFields"
+        && matches!(path.as_slice(), [PathElement::Field(metadata)] if metadata == "metadata")
 }
 
 fn compare_leaf(old: Option<&Value>, new: Option<&Value>, path: &Path, out: &mut Comparison) {
@@ -313,6 +353,9 @@ fn compare_at(
             )
             .collect();
         for key in keys {
+            if is_managed_fields(path, key) {
+                continue;
+            }
             path.push(PathElement::Field(key.clone()));
             compare_at(
                 om.and_then(|m| m.get(key)),
@@ -332,7 +375,8 @@ fn compare_at(
                 .map(Vec::as_slice)
                 .unwrap_or_default(),
         );
-        let hint: Vec<Value> = ol.iter().chain(nl).cloned().collect();
+        // The items only pick a list's kind: borrowed, not copied.
+        let hint: Vec<&Value> = ol.iter().chain(nl).collect();
         let kind = shape.list_kind(&hint);
         if kind == ListKind::Atomic || (ol.is_empty() && nl.is_empty()) {
             compare_leaf(old, new, path, out);
@@ -392,7 +436,7 @@ pub fn merge(live: &Value, config: &Value, shape: &Shape<'_>) -> Value {
             Value::Object(out)
         }
         (Value::Array(ll), Value::Array(cl)) => {
-            let hint: Vec<Value> = ll.iter().chain(cl).cloned().collect();
+            let hint: Vec<&Value> = ll.iter().chain(cl).collect();
             let kind = shape.list_kind(&hint);
             if kind == ListKind::Atomic {
                 return config.clone();
@@ -644,6 +688,42 @@ mod tests {
         assert!(c.removed.is_empty());
         let back = compare(&new, &old, &shape);
         assert_eq!(back.removed, c.added);
+    }
+
+    #[test]
+    fn comparisons_skip_managed_fields_and_keep_to_the_fields_asked_for() {
+        let shape = pod_shape();
+        let old = json!({
+            "metadata": {"name": "p", "managedFields": [{"manager": "a"}]},
+            "spec": {"nodeName": "n1"},
+            "status": {"phase": "Pending"},
+        });
+        let new = json!({
+            "metadata": {"name": "p", "managedFields": [{"manager": "b"}], "labels": {"x": "y"}},
+            "spec": {"nodeName": "n2"},
+            "status": {"phase": "Running"},
+        });
+        let whole = compare(&old, &new, &shape);
+        assert_eq!(
+            whole.added.to_fields_v1(),
+            json!({"f:metadata": {"f:labels": {".": {}, "f:x": {}}}})
+        );
+        assert_eq!(
+            whole.modified.to_fields_v1(),
+            json!({"f:spec": {"f:nodeName": {}}, "f:status": {"f:phase": {}}})
+        );
+        let status = compare_where(&old, &new, &shape, |key| key == "status");
+        assert!(status.added.is_empty());
+        assert_eq!(
+            status.modified.to_fields_v1(),
+            json!({"f:status": {"f:phase": {}}})
+        );
+        let rest = compare_where(&old, &new, &shape, |key| key != "status");
+        assert_eq!(rest.added, whole.added);
+        assert_eq!(
+            rest.modified.to_fields_v1(),
+            json!({"f:spec": {"f:nodeName": {}}})
+        );
     }
 
     #[test]

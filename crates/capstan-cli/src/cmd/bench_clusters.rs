@@ -386,6 +386,7 @@ async fn bench(args: &Args, data_dir: &Path) -> anyhow::Result<Figures> {
         .local_addr()?
         .port();
     let mut child = super::bench_hosts::spawn_server(
+        None,
         data_dir,
         port,
         args.concurrency,

@@ -4,6 +4,11 @@
 //!
 //! The fake BMC and the simulated agent replace only the machines: the API server, the store, the
 //! host controller, the provisioner and the agent session registry all do their real work.
+//!
+//! `--server` runs another capstan build as the server, so two builds are compared side by side
+//! on one machine in one go (`scripts/bench-hosts-against.sh` does that for a commit); the client
+//! and its figures stay the same. `--keep-data` leaves the server's store behind, to see which
+//! writes each host cost (its change log is the `events` table).
 
 use crate::output::Exit;
 use crate::output::outln;
@@ -18,7 +23,7 @@ use serde::Serialize;
 use serde_json::json;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -40,6 +45,13 @@ pub struct Args {
     /// Print the figures as JSON.
     #[arg(long)]
     json: bool,
+    /// The capstan binary to run as the server (default: this one), to compare two builds.
+    #[arg(long, value_name = "PATH")]
+    server: Option<PathBuf>,
+    /// Keep the server's data directory here instead of a temporary one, and leave it after the
+    /// run. It must not exist yet.
+    #[arg(long, value_name = "DIR")]
+    keep_data: Option<PathBuf>,
 }
 
 #[derive(Debug, Serialize)]
@@ -51,6 +63,11 @@ struct Figures {
     to_available_seconds: f64,
     to_provisioned_seconds: f64,
     server_cpu_seconds: f64,
+    server_cpu_ms_per_host: f64,
+    /// Every write the store committed during the run (its last resourceVersion): the client's
+    /// creates and patches and every write by the controllers.
+    store_writes: u64,
+    store_writes_per_host: f64,
     server_peak_rss_mib: f64,
     server_rss_mib: f64,
 }
@@ -70,17 +87,22 @@ pub(super) fn cpu_seconds(pid: u32) -> f64 {
     (ticks(11) + ticks(12)) / 100.0
 }
 
-/// Starts `capstan serve` (this binary) for a benchmark on `port`, with the host controller's
-/// concurrency and the fake agent's step time, plus `extra` arguments; returns once it is ready.
+/// Starts `capstan serve` for a benchmark on `port` — `server` names the capstan binary, this one
+/// when `None` — with the host controller's concurrency and the fake agent's step time, plus `extra`
+/// arguments; returns once it is ready.
 pub(super) fn spawn_server(
+    server: Option<&Path>,
     data_dir: &Path,
     port: u16,
     concurrency: u16,
     step_ms: u64,
     extra: &[&str],
 ) -> anyhow::Result<Child> {
-    let exe = std::env::current_exe().context("locating the capstan binary")?;
-    let mut child = Command::new(exe)
+    let exe = match server {
+        Some(server) => server.to_path_buf(),
+        None => std::env::current_exe().context("locating the capstan binary")?,
+    };
+    let mut child = Command::new(&exe)
         .arg("serve")
         .args(extra)
         .arg("--data-dir")
@@ -92,7 +114,7 @@ pub(super) fn spawn_server(
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
-        .context("starting capstan serve")?;
+        .with_context(|| format!("starting {} serve", exe.display()))?;
     let stdout = child.stdout.take().ok_or_else(|| anyhow!("no stdout"))?;
     let mut line = String::new();
     BufReader::new(stdout)
@@ -138,11 +160,31 @@ async fn all_in_state(
     })?
 }
 
+/// The store's latest resourceVersion, read from an empty-limit list: the count of every write
+/// since the store was created (resourceVersions are the store's commit counter).
+async fn store_head(secrets: &Api<Secret>) -> anyhow::Result<u64> {
+    let list = secrets
+        .list_metadata(&kube::api::ListParams::default().limit(1))
+        .await
+        .context("reading the store's resourceVersion")?;
+    let version = list.metadata.resource_version.unwrap_or_default();
+    version
+        .parse()
+        .with_context(|| format!("the list's resourceVersion {version:?} is not a number"))
+}
+
 async fn bench(args: &Args, data_dir: &Path) -> anyhow::Result<Figures> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
-    let mut child = spawn_server(data_dir, port, args.concurrency, args.step_ms, &[])?;
+    let mut child = spawn_server(
+        args.server.as_deref(),
+        data_dir,
+        port,
+        args.concurrency,
+        args.step_ms,
+        &[],
+    )?;
     let pid = child.id();
     let result = async {
         let client = capstan_runtime::client_from_kubeconfig(&data_dir.join("kubeconfig")).await?;
@@ -201,6 +243,9 @@ async fn bench(args: &Args, data_dir: &Path) -> anyhow::Result<Figures> {
         all_in_state(&hosts, args.count, "provisioned", timeout).await?;
         let to_provisioned_seconds = provisioning.elapsed().as_secs_f64();
         let (rss, peak) = super::bench::rss_mib(pid);
+        let server_cpu_seconds = cpu_seconds(pid);
+        let store_writes = store_head(&secrets).await?;
+        let per_host = |value: f64| value / args.count.max(1) as f64;
         Ok::<_, anyhow::Error>(Figures {
             hosts: args.count,
             concurrency: args.concurrency,
@@ -208,7 +253,10 @@ async fn bench(args: &Args, data_dir: &Path) -> anyhow::Result<Figures> {
             create_seconds,
             to_available_seconds,
             to_provisioned_seconds,
-            server_cpu_seconds: cpu_seconds(pid),
+            server_cpu_seconds,
+            server_cpu_ms_per_host: per_host(server_cpu_seconds * 1000.0),
+            store_writes,
+            store_writes_per_host: per_host(store_writes as f64),
             server_peak_rss_mib: peak,
             server_rss_mib: rss,
         })
@@ -220,7 +268,14 @@ async fn bench(args: &Args, data_dir: &Path) -> anyhow::Result<Figures> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<Exit> {
-    let dir = super::bench::tempfile_dir("hosts")?;
+    let dir = match &args.keep_data {
+        Some(dir) => {
+            std::fs::create_dir(dir)
+                .with_context(|| format!("creating --keep-data {}", dir.display()))?;
+            dir.clone()
+        }
+        None => super::bench::tempfile_dir("hosts")?,
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -230,7 +285,9 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
         args.count
     );
     let figures = runtime.block_on(bench(&args, &dir));
-    let _ = std::fs::remove_dir_all(&dir);
+    if args.keep_data.is_none() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
     let figures = figures?;
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&figures)?);
@@ -251,8 +308,14 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
             figures.to_provisioned_seconds
         );
         outln!(
-            "  server CPU time       {:>8.2} s",
-            figures.server_cpu_seconds
+            "  server CPU time       {:>8.2} s ({:.1} ms per host)",
+            figures.server_cpu_seconds,
+            figures.server_cpu_ms_per_host
+        );
+        outln!(
+            "  store writes          {:>8} ({:.1} per host)",
+            figures.store_writes,
+            figures.store_writes_per_host
         );
         outln!(
             "  server peak RSS       {:>8.1} MiB (now {:.1} MiB)",

@@ -202,6 +202,7 @@ async fn bench(args: &Args, data_dir: &Path) -> anyhow::Result<Figures> {
         .map(|i| node_file(data_dir, i))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let mut child = super::bench_hosts::spawn_server(
+        None,
         &data_dir.join("serve"),
         port,
         args.concurrency,
@@ -309,6 +310,7 @@ async fn bench_real(args: &Args, uri: &str, data_dir: &Path) -> anyhow::Result<R
         .local_addr()?
         .port();
     let mut child = super::bench_hosts::spawn_server(
+        None,
         &data_dir.join("serve"),
         port,
         args.concurrency,
