@@ -147,7 +147,9 @@ pub async fn start(
     settings.concurrency = args.host_concurrency;
     settings.bmc_trust = bmc_trust;
     settings.boot_timeout = Duration::from_secs(args.boot_timeout);
-    settings.simulated_step_time = Duration::from_millis(args.fake_step_ms);
+    settings.fake_bmc_agents = Arc::new(capstan_hosts::simulated_agent::SimulatedAgents::new(
+        Duration::from_millis(args.fake_step_ms),
+    ));
     Ok(Some(Provisioning {
         settings,
         url,

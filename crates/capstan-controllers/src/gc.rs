@@ -637,15 +637,13 @@ impl Work<'_> {
 
     /// Removes `finalizer` from `node`, if it is still where it was seen.
     async fn remove_finalizer(&self, node: &Seen, finalizer: &str) -> Result<(), GcError> {
-        let Some(index) = node.object.finalizers.iter().position(|f| f == finalizer) else {
+        // The same patch as every controller's finalizer removal (capstan-runtime's one way).
+        let Some(operations) =
+            capstan_runtime::finalizers::remove_operations(&node.object.finalizers, finalizer)
+        else {
             return Ok(());
         };
-        let path = format!("/metadata/finalizers/{index}");
-        let patch: json_patch::Patch = serde_json::from_value(json!([
-            {"op": "test", "path": path, "value": finalizer},
-            {"op": "remove", "path": path},
-        ]))
-        .map_err(|e| {
+        let patch: json_patch::Patch = serde_json::from_value(operations).map_err(|e| {
             node.write_error("building the finalizer patch of")(kube::Error::SerdeError(e))
         })?;
         match node

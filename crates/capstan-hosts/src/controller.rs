@@ -1,6 +1,12 @@
 //! The BareMetalHost reconciler: reads what a pass needs (credentials, the provisioner for the
 //! host's BMC, the config drive), runs the state machine once, then writes the outcome — status
-//! once, Events for transitions and failures, annotation removals, HardwareData, the finalizer.
+//! once, Events for transitions and failures, annotation removals, HardwareData. The finalizer is
+//! the controller harness's: deletion runs the same machine in [`Reconciler::cleanup`] until the
+//! host is released.
+//!
+//! [`settle`] (what a step does to the status) and [`operational_status`] are plain functions, so
+//! the machine's table tests (`tests` below, against [`crate::fixture`]) check a whole pass
+//! without a server.
 //!
 //! Failures are counted in `status.errorCount` and retried after an exponential backoff measured
 //! from `status.lastUpdated`, so a retry waits its turn even when the status write that recorded the
@@ -9,7 +15,8 @@
 use crate::agent_server::{AgentRegistry, HostKey};
 use crate::config_drive::{ConfigDrive, ConfigDriveError, parse_mapping};
 use crate::machine::{self, ANNOTATION_PAUSED, Effects, FINALIZER, Pass, Step};
-use crate::provisioner::{AgentLauncher, Provisioner, VirtualMediaProvisioner};
+use crate::provisioner::{AgentLauncher, HostBoots, Provisioner, VirtualMediaProvisioner};
+use crate::simulated_agent::SimulatedAgents;
 use crate::state::{OperationalStatus, ProvisioningState};
 use capstan_drivers::{ConnectOptions, Credentials, Driver, TrustAnchors};
 use capstan_model::meta::Condition;
@@ -18,7 +25,7 @@ use capstan_model::metal3::{
 };
 use capstan_runtime::secrets::SecretCache;
 use capstan_runtime::tables::ObjectCaches;
-use capstan_runtime::{Action, Context, EventType, Reconciler};
+use capstan_runtime::{Action, Cleanup, Context, EventType, Reconciler};
 use capstan_runtime::{conditions, patch};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -89,11 +96,10 @@ pub struct HostSettings {
     pub bmc_trust: TrustAnchors,
     /// How long a booted host's agent gets to call back.
     pub boot_timeout: Duration,
-    /// How long a simulated agent (fake BMCs) takes per step.
-    pub simulated_step_time: Duration,
-    /// Whether `fake://` hosts get a simulated agent. Off, they are booted like real ones and
-    /// whoever plays the machine runs a real agent (integration tests do).
-    pub simulate_fake_agents: bool,
+    /// Who runs the agent of a `fake://` host: by default a [`SimulatedAgents`] answering after
+    /// 200 ms; [`HostBoots`] when whoever plays the machine runs a real agent (integration tests
+    /// do). Every other BMC's host runs its own agent.
+    pub fake_bmc_agents: Arc<dyn AgentLauncher>,
 }
 
 impl HostSettings {
@@ -104,8 +110,7 @@ impl HostSettings {
             bmc_timeout: Duration::from_secs(30),
             bmc_trust: TrustAnchors::system(),
             boot_timeout: crate::provisioner::DEFAULT_BOOT_TIMEOUT,
-            simulated_step_time: Duration::from_millis(200),
-            simulate_fake_agents: true,
+            fake_bmc_agents: Arc::new(SimulatedAgents::new(Duration::from_millis(200))),
         }
     }
 }
@@ -257,11 +262,9 @@ impl HostController {
                 });
             }
         };
-        let launcher = match address.driver {
-            Driver::Fake if self.settings.simulate_fake_agents => AgentLauncher::Simulated {
-                step_time: self.settings.simulated_step_time,
-            },
-            Driver::Fake | Driver::Redfish => AgentLauncher::Boot,
+        let launcher: Arc<dyn AgentLauncher> = match address.driver {
+            Driver::Fake => self.settings.fake_bmc_agents.clone(),
+            Driver::Redfish => Arc::new(HostBoots),
         };
         let provisioner: Arc<dyn Provisioner> = Arc::new(VirtualMediaProvisioner::new(
             driver,
@@ -460,67 +463,192 @@ impl Reconciler for HostController {
         )
     }
 
+    /// Added before the first pass and removed once deletion has run the machine to
+    /// [`Step::Released`]; the host's own deletion states (deprovisioning, powering off) run in
+    /// [`Reconciler::cleanup`].
+    fn finalizer(&self) -> Option<&'static str> {
+        Some(FINALIZER)
+    }
+
+    /// `baremetalhost.metal3.io/paused`: the host is left alone entirely, finalizer included.
+    fn paused(&self, host: &BareMetalHost) -> bool {
+        host.metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(ANNOTATION_PAUSED))
+    }
+
     async fn reconcile(
         &self,
         host: Arc<BareMetalHost>,
         context: Arc<Context>,
     ) -> Result<Action, HostError> {
+        Ok(self.pass(&host, &context).await?.action)
+    }
+
+    /// Deletion is the state machine's too: a pass of it per call, until it releases the host.
+    async fn cleanup(
+        &self,
+        host: Arc<BareMetalHost>,
+        context: Arc<Context>,
+    ) -> Result<Cleanup, HostError> {
+        let outcome = self.pass(&host, &context).await?;
+        if outcome.released {
+            self.settings.registry.release(&host_key(&host));
+            return Ok(Cleanup::Done);
+        }
+        Ok(Cleanup::Pending(outcome.action))
+    }
+}
+
+/// What one pass concluded.
+struct PassOutcome {
+    action: Action,
+    /// Deletion is complete: the finalizer can go.
+    released: bool,
+}
+
+/// What a step does to the status, besides what the handler wrote there.
+#[derive(Debug, PartialEq)]
+pub struct Settled {
+    pub status: BareMetalHostStatus,
+    pub action: Action,
+    /// The state change, for its Event.
+    pub transition: Option<(ProvisioningState, ProvisioningState)>,
+    /// Warning Events: (reason, note).
+    pub warnings: Vec<(&'static str, String)>,
+}
+
+/// Applies `step`, decided in `state` on a host whose status was `before`, to the status the
+/// handler left (`after`): the new state and operation history on a transition, the error count,
+/// type and message on a failure (with the backoff as the requeue), the progress condition.
+pub fn settle(
+    state: ProvisioningState,
+    before: &BareMetalHostStatus,
+    mut after: BareMetalHostStatus,
+    step: &Step,
+    now: &str,
+) -> Settled {
+    let mut warnings = Vec::new();
+    let mut transition = None;
+    let action = match step {
+        Step::Go(next) => {
+            transition = Some((state, *next));
+            after.provisioning.state = next.as_str().to_owned();
+            clear_error(&mut after, true);
+            if let Some(op) = machine::operation_of(state) {
+                after
+                    .operation_history
+                    .entry(op.to_owned())
+                    .or_default()
+                    .end = Some(now.to_owned());
+            }
+            if let Some(op) = machine::operation_of(*next) {
+                after.operation_history.insert(
+                    op.to_owned(),
+                    OperationMetric {
+                        start: Some(now.to_owned()),
+                        end: None,
+                    },
+                );
+            }
+            conditions::remove(&mut after.conditions, CONDITION_PROGRESS);
+            Action::requeue(Duration::ZERO)
+        }
+        Step::Stay { requeue, note } => {
+            clear_error(&mut after, false);
+            match note {
+                Some(note) => {
+                    conditions::set_condition(
+                        &mut after.conditions,
+                        Condition {
+                            type_: CONDITION_PROGRESS.into(),
+                            status: conditions::TRUE.into(),
+                            reason: Some("InProgress".into()),
+                            message: Some(note.clone()),
+                            ..Condition::default()
+                        },
+                        now,
+                    );
+                }
+                None => {
+                    conditions::remove(&mut after.conditions, CONDITION_PROGRESS);
+                }
+            }
+            requeue.map_or_else(Action::await_change, Action::requeue)
+        }
+        Step::Fail(error_type, message) => {
+            after.error_count = before.error_count + 1;
+            after.error_type = Some(error_type.as_str().to_owned());
+            after.error_message = message.clone();
+            conditions::remove(&mut after.conditions, CONDITION_PROGRESS);
+            warnings.push((error_reason(*error_type), message.clone()));
+            Action::requeue(machine::error_backoff(after.error_count))
+        }
+        Step::Released => Action::await_change(),
+    };
+    Settled {
+        status: after,
+        action,
+        transition,
+        warnings,
+    }
+}
+
+/// `status.operationalStatus` for a host with `status`.
+pub fn operational_status(host: &BareMetalHost, status: &BareMetalHostStatus) -> OperationalStatus {
+    if host
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(machine::ANNOTATION_DETACHED))
+    {
+        OperationalStatus::Detached
+    } else if status.error_type.is_some() {
+        OperationalStatus::Error
+    } else if status.provisioning.state == ProvisioningState::Unmanaged.as_str() {
+        OperationalStatus::Discovered
+    } else {
+        OperationalStatus::Ok
+    }
+}
+
+impl HostController {
+    /// One pass of the state machine over `host`, its outcome written: Events, status, effects.
+    async fn pass(
+        &self,
+        host: &Arc<BareMetalHost>,
+        context: &Context,
+    ) -> Result<PassOutcome, HostError> {
         let namespace = host.namespace().ok_or(HostError::NoNamespace)?;
-        let name = host.name_any();
         let client = context.client().clone();
-        let hosts: Api<BareMetalHost> = Api::namespaced(client.clone(), &namespace);
-        let annotations = host.metadata.annotations.clone().unwrap_or_default();
-        if annotations.contains_key(ANNOTATION_PAUSED) {
-            return Ok(Action::await_change());
-        }
         let deleting = host.metadata.deletion_timestamp.is_some();
-        let has_finalizer = host.finalizers().iter().any(|f| f == FINALIZER);
-        if deleting && !has_finalizer {
-            return Ok(Action::await_change());
-        }
-        if !deleting && !has_finalizer {
-            let mut finalizers = host.finalizers().to_vec();
-            finalizers.push(FINALIZER.to_owned());
-            let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": host.metadata.resource_version}});
-            hosts
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .map_err(api_error(
-                    "adding the finalizer to",
-                    "BareMetalHost",
-                    &namespace,
-                    &name,
-                ))?;
-            return Ok(Action::await_change());
-        }
+        let waiting = PassOutcome {
+            action: Action::await_change(),
+            released: false,
+        };
         let status = host.status.clone().unwrap_or_default();
         let state =
             ProvisioningState::parse(&status.provisioning.state).unwrap_or(ProvisioningState::None);
         // A failed operation is retried only once its backoff has passed, however soon we are woken.
-        if status.error_count > 0 && !status.error_message.is_empty() && !deleting {
-            let wait = machine::error_backoff(status.error_count).as_secs();
-            let waited = seconds_since(status.last_updated.as_deref()).unwrap_or(i64::MAX);
-            let remaining = i64::try_from(wait)
-                .unwrap_or(i64::MAX)
-                .saturating_sub(waited);
-            if remaining > 0 {
-                return Ok(Action::requeue(Duration::from_secs(
-                    remaining.unsigned_abs(),
-                )));
-            }
+        if let Some(remaining) = backoff_remaining(&status).filter(|_| !deleting) {
+            return Ok(PassOutcome {
+                action: Action::requeue(remaining),
+                ..waiting
+            });
         }
         let access = self
-            .provisioner_for(&client, context.secrets(), &host, &namespace)
+            .provisioner_for(&client, context.secrets(), host, &namespace)
             .await?;
         let config_drive = if state == ProvisioningState::Provisioning && !deleting {
-            self.config_drive(context.secrets(), &host, &namespace)
+            self.config_drive(context.secrets(), host, &namespace)
                 .await?
                 .map(Some)
         } else {
             Ok(None)
         };
         let mut pass = Pass {
-            host: &host,
+            host,
             status: status.clone(),
             provisioner: access.provisioner,
             provisioner_error: access.error,
@@ -530,103 +658,61 @@ impl Reconciler for HostController {
         };
         let step = machine::next_step(state, &mut pass).await?;
         let Pass {
-            status: mut new_status,
+            status: after,
             effects,
             ..
         } = pass;
         let now = conditions::now();
-        let mut warnings: Vec<(String, String)> = Vec::new();
-        let mut transition = None;
-        let action = match &step {
-            Step::Go(next) => {
-                transition = Some((state, *next));
-                new_status.provisioning.state = next.as_str().to_owned();
-                clear_error(&mut new_status, true);
-                if let Some(op) = machine::operation_of(state) {
-                    new_status
-                        .operation_history
-                        .entry(op.to_owned())
-                        .or_default()
-                        .end = Some(now.clone());
-                }
-                if let Some(op) = machine::operation_of(*next) {
-                    new_status.operation_history.insert(
-                        op.to_owned(),
-                        OperationMetric {
-                            start: Some(now.clone()),
-                            end: None,
-                        },
-                    );
-                }
-                conditions::remove(&mut new_status.conditions, CONDITION_PROGRESS);
-                Action::requeue(Duration::ZERO)
-            }
-            Step::Stay { requeue, note } => {
-                clear_error(&mut new_status, false);
-                match note {
-                    Some(note) => {
-                        conditions::set_condition(
-                            &mut new_status.conditions,
-                            Condition {
-                                type_: CONDITION_PROGRESS.into(),
-                                status: conditions::TRUE.into(),
-                                reason: Some("InProgress".into()),
-                                message: Some(note.clone()),
-                                ..Condition::default()
-                            },
-                            &now,
-                        );
-                    }
-                    None => {
-                        conditions::remove(&mut new_status.conditions, CONDITION_PROGRESS);
-                    }
-                }
-                requeue.map_or_else(Action::await_change, Action::requeue)
-            }
-            Step::Fail(error_type, message) => {
-                new_status.error_count = status.error_count + 1;
-                new_status.error_type = Some(error_type.as_str().to_owned());
-                new_status.error_message = message.clone();
-                conditions::remove(&mut new_status.conditions, CONDITION_PROGRESS);
-                let reason = error_reason(*error_type);
-                warnings.push((reason.to_owned(), message.clone()));
-                Action::requeue(machine::error_backoff(new_status.error_count))
-            }
-            Step::Released => Action::await_change(),
-        };
+        let mut settled = settle(state, &status, after, &step, &now);
         match access.permitted {
             Some(condition) => {
-                conditions::set_condition(&mut new_status.conditions, condition, &now);
+                conditions::set_condition(&mut settled.status.conditions, condition, &now);
             }
             None => {
                 conditions::remove(
-                    &mut new_status.conditions,
+                    &mut settled.status.conditions,
                     crate::networks::CONDITION_BMC_PERMITTED,
                 );
             }
         }
-        new_status.operational_status = if host
-            .metadata
-            .annotations
-            .as_ref()
-            .is_some_and(|a| a.contains_key(machine::ANNOTATION_DETACHED))
-        {
-            OperationalStatus::Detached
-        } else if new_status.error_type.is_some() {
-            OperationalStatus::Error
-        } else if new_status.provisioning.state == ProvisioningState::Unmanaged.as_str() {
-            OperationalStatus::Discovered
-        } else {
-            OperationalStatus::Ok
+        settled.status.operational_status = operational_status(host, &settled.status)
+            .as_str()
+            .to_owned();
+        self.publish(context, host, &settled, &effects).await;
+        if settled.status != status || host.status.is_none() {
+            settled.status.last_updated = Some(now);
+            // A merge patch of the fields this pass changed: fields of the status this model does
+            // not know (written by newer versions or other writers) are kept.
+            let hosts: Api<BareMetalHost> = Api::namespaced(client.clone(), &namespace);
+            let before = host.status.clone().map(serde_json::to_value).transpose();
+            let before = before
+                .map_err(|e| HostError::Serialise(Box::new(e)))?
+                .unwrap_or_else(|| json!({}));
+            let after = serde_json::to_value(&settled.status)
+                .map_err(|e| HostError::Serialise(Box::new(e)))?;
+            patch::patch_status(&hosts, &**host, &before, &after).await?;
         }
-        .as_str()
-        .to_owned();
-        // Events go out before the status that reports the same step, so that whoever sees the
-        // status can find its Events.
-        if let Some((from, to)) = transition {
+        self.apply_effects(&client, host, &namespace, &effects)
+            .await?;
+        Ok(PassOutcome {
+            action: settled.action,
+            released: step == Step::Released,
+        })
+    }
+
+    /// The pass's Events, before the status that reports the same step, so that whoever sees
+    /// the status can find its Events.
+    async fn publish(
+        &self,
+        context: &Context,
+        host: &BareMetalHost,
+        settled: &Settled,
+        effects: &Effects,
+    ) {
+        if let Some((from, to)) = settled.transition {
             context
                 .publish(
-                    &*host,
+                    host,
                     EventType::Normal,
                     machine::transition_reason(from, to),
                     "Reconcile",
@@ -636,57 +722,29 @@ impl Reconciler for HostController {
         }
         for (reason, note) in &effects.events {
             context
-                .publish(&*host, EventType::Normal, reason, "Reconcile", note.clone())
+                .publish(host, EventType::Normal, reason, "Reconcile", note.clone())
                 .await;
         }
-        for (reason, note) in &warnings {
+        for (reason, note) in &settled.warnings {
             context
-                .publish(
-                    &*host,
-                    EventType::Warning,
-                    reason,
-                    "Reconcile",
-                    note.clone(),
-                )
+                .publish(host, EventType::Warning, reason, "Reconcile", note.clone())
                 .await;
         }
-        let mut written = host.clone();
-        if new_status != status || host.status.is_none() {
-            new_status.last_updated = Some(now.clone());
-            // A merge patch of the fields this pass changed: fields of the status this model does
-            // not know (written by newer versions or other writers) are kept.
-            let before = host.status.clone().map(serde_json::to_value).transpose();
-            let before = before
-                .map_err(|e| HostError::Serialise(Box::new(e)))?
-                .unwrap_or_else(|| json!({}));
-            let after =
-                serde_json::to_value(&new_status).map_err(|e| HostError::Serialise(Box::new(e)))?;
-            if let Some(object) = patch::patch_status(&hosts, &*host, &before, &after).await? {
-                written = Arc::new(object);
-            }
-        }
-        self.apply_effects(&client, &host, &namespace, &effects)
-            .await?;
-        if step == Step::Released {
-            let finalizers: Vec<&String> = written
-                .finalizers()
-                .iter()
-                .filter(|f| *f != FINALIZER)
-                .collect();
-            let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": written.metadata.resource_version}});
-            hosts
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .map_err(api_error(
-                    "removing the finalizer from",
-                    "BareMetalHost",
-                    &namespace,
-                    &name,
-                ))?;
-            self.settings.registry.release(&host_key(&host));
-        }
-        Ok(action)
     }
+}
+
+/// How long a failed operation still waits for its backoff (measured from `status.lastUpdated`),
+/// if it does.
+fn backoff_remaining(status: &BareMetalHostStatus) -> Option<Duration> {
+    if status.error_count == 0 || status.error_message.is_empty() {
+        return None;
+    }
+    let wait = machine::error_backoff(status.error_count).as_secs();
+    let waited = seconds_since(status.last_updated.as_deref()).unwrap_or(i64::MAX);
+    let remaining = i64::try_from(wait)
+        .unwrap_or(i64::MAX)
+        .saturating_sub(waited);
+    (remaining > 0).then(|| Duration::from_secs(remaining.unsigned_abs()))
 }
 
 impl HostController {

@@ -7,6 +7,9 @@
 //!
 //! What every state shares is handled before the table, in [`next_step`]: deletion, the `detached`
 //! annotation, and re-registration when the BMC credentials changed.
+//!
+//! `table` (tests) runs every transition, failure and retry of the machine against
+//! [`crate::fixture::FixtureProvisioner`], one row each, without a server.
 
 use crate::provisioner::{DeployRequest, Progress, Provisioner, ProvisionerError};
 use crate::state::{ErrorType, ProvisioningState};
@@ -651,6 +654,9 @@ pub fn error_backoff(error_count: i64) -> Duration {
     let exponent = u32::try_from(error_count.clamp(1, 9)).unwrap_or(1);
     Duration::from_secs(2u64.pow(exponent).min(300))
 }
+
+#[cfg(test)]
+mod table;
 
 #[cfg(test)]
 mod tests {

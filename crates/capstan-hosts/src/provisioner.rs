@@ -10,8 +10,10 @@
 //! neither boots the host a second time nor starts the operation over: the agent keeps going and
 //! reports to the new process.
 //!
-//! With the fake BMC, an [`AgentLauncher::Simulated`] agent answers in-process through the same
-//! registry, so demos and scale tests run every line of this module but the HTTP hop.
+//! Who runs the agent is injected ([`AgentLauncher`]): the host itself ([`HostBoots`]), or for
+//! `fake://` BMCs in demos and scale tests an in-process agent
+//! ([`crate::simulated_agent::SimulatedAgents`]) answering through the same registry, so they run
+//! every line of this module but the HTTP hop.
 
 use crate::agent_server::{AgentRegistry, HostKey, SessionSpec};
 use capstan_drivers::{Bmc, BmcError, BootDevice, Outcome, PowerState};
@@ -119,13 +121,34 @@ pub trait Provisioner: Send + Sync {
     fn release(&self) -> BoxFuture<'_, Result<Progress, ProvisionerError>>;
 }
 
-/// How agents of booted hosts come to life.
-#[derive(Clone, Debug)]
-pub enum AgentLauncher {
-    /// A real host boots the media and its agent calls the provisioning server.
-    Boot,
-    /// No host boots: an in-process agent answers after `step_time`, through the registry.
-    Simulated { step_time: Duration },
+/// What runs the agent of a host booted into its media. For a real host that is the host itself
+/// ([`HostBoots`]: it boots the media and its agent calls the provisioning server); demos and
+/// scale tests inject [`crate::simulated_agent::SimulatedAgents`], which plays the agent
+/// in-process through the same registry. The provisioner knows only this trait.
+pub trait AgentLauncher: Send + Sync + std::fmt::Debug {
+    /// Called once `session`'s host was booted into the agent's media, and again when a process
+    /// finds a booted session it did not start (capstan restarted while the agent ran).
+    fn booted<'a>(
+        &'a self,
+        registry: &'a Arc<AgentRegistry>,
+        session: &'a SessionSpec,
+        bmc: &'a dyn Bmc,
+    ) -> BoxFuture<'a, ()>;
+}
+
+/// Real hosts: the booted host runs the agent, which calls back; nothing to start here.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HostBoots;
+
+impl AgentLauncher for HostBoots {
+    fn booted<'a>(
+        &'a self,
+        _registry: &'a Arc<AgentRegistry>,
+        _session: &'a SessionSpec,
+        _bmc: &'a dyn Bmc,
+    ) -> BoxFuture<'a, ()> {
+        Box::pin(async {})
+    }
 }
 
 /// The persisted state of one agent operation.
@@ -148,7 +171,7 @@ pub struct VirtualMediaProvisioner {
     owner: OwnerReference,
     client: Client,
     registry: Arc<AgentRegistry>,
-    launcher: AgentLauncher,
+    launcher: Arc<dyn AgentLauncher>,
     boot_timeout: Duration,
 }
 
@@ -168,7 +191,7 @@ impl VirtualMediaProvisioner {
         host: &BareMetalHost,
         client: Client,
         registry: Arc<AgentRegistry>,
-        launcher: AgentLauncher,
+        launcher: Arc<dyn AgentLauncher>,
         boot_timeout: Duration,
     ) -> Self {
         let owner = OwnerReference {
@@ -362,15 +385,12 @@ impl VirtualMediaProvisioner {
         // A booted session this process does not know: capstan restarted while the agent ran.
         let resumed = record.booted && !self.registry.has_session(&self.host, &record.token);
         self.registry.register(spec.clone());
-        if resumed && let AgentLauncher::Simulated { step_time } = &self.launcher {
-            // A real agent keeps going and reports to the new process; so does a simulated
-            // machine's, which lived in the old process.
-            simulate_agent(
-                self.registry.clone(),
-                &spec,
-                *step_time,
-                self.simulated_hardware().await,
-            );
+        if resumed {
+            // A real agent keeps going and reports to the new process; a simulated one lived in
+            // the old process and is started again.
+            self.launcher
+                .booted(&self.registry, &spec, &*self.bmc)
+                .await;
         }
         if !record.booted {
             if let Some(progress) = self.boot_into_agent(&record).await {
@@ -381,14 +401,9 @@ impl VirtualMediaProvisioner {
                 ..record.clone()
             };
             self.save_session(&booted, false).await?;
-            if let AgentLauncher::Simulated { step_time } = &self.launcher {
-                simulate_agent(
-                    self.registry.clone(),
-                    &spec,
-                    *step_time,
-                    self.simulated_hardware().await,
-                );
-            }
+            self.launcher
+                .booted(&self.registry, &spec, &*self.bmc)
+                .await;
             return Ok(Progress::Busy {
                 requeue: POLL,
                 note: Some(format!("{}: booting the agent", step_name(kind))),
@@ -492,13 +507,6 @@ impl VirtualMediaProvisioner {
         self.delete_session().await
     }
 
-    async fn simulated_hardware(&self) -> HardwareDetails {
-        match self.bmc.inventory().await {
-            Ok(inventory) => crate::hardware::from_inventory(&inventory),
-            Err(_) => HardwareDetails::default(),
-        }
-    }
-
     /// After an agent operation: eject, then set the power as asked. `Done` once both hold.
     async fn finish(
         &self,
@@ -572,42 +580,6 @@ fn describe_step(step: &StepReport) -> String {
         },
         None => format!("{kind}: running"),
     }
-}
-
-/// Plays an agent in-process: after `step_time`, reports the command's operation as succeeded,
-/// through the registry as a real agent's heartbeat would.
-fn simulate_agent(
-    registry: Arc<AgentRegistry>,
-    spec: &SessionSpec,
-    step_time: Duration,
-    hardware: HardwareDetails,
-) {
-    let token = spec.token.clone();
-    let Some(operation) = spec.command.operation().map(str::to_owned) else {
-        return;
-    };
-    let kind = match &spec.command {
-        Command::Inspect { .. } => StepKind::Inspect,
-        Command::Deploy(_) => StepKind::Deploy,
-        Command::Clean(_) => StepKind::Clean,
-        Command::Wait => return,
-    };
-    tokio::spawn(async move {
-        // The simulated boot and step: a stand-in for real time passing, by design.
-        tokio::time::sleep(step_time).await;
-        let heartbeat = Heartbeat {
-            agent_version: "simulated".into(),
-            hardware: (kind == StepKind::Inspect).then_some(hardware),
-            step: Some(StepReport {
-                operation,
-                kind,
-                phase: StepPhase::Succeeded,
-                progress: None,
-                error: None,
-            }),
-        };
-        registry.heartbeat(&token, heartbeat);
-    });
 }
 
 impl Provisioner for VirtualMediaProvisioner {

@@ -75,7 +75,9 @@ fn start_controller(client: &Client, step_time: Duration) -> CancellationToken {
         boot_media: None,
     }));
     let mut settings = HostSettings::new(registry);
-    settings.simulated_step_time = step_time;
+    settings.fake_bmc_agents = Arc::new(capstan_hosts::simulated_agent::SimulatedAgents::new(
+        step_time,
+    ));
     let shutdown = CancellationToken::new();
     let options = RunOptions::new(shutdown.clone());
     let controller_client = client.clone();

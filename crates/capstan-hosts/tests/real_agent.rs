@@ -194,7 +194,7 @@ async fn start() -> Env {
             .await
     });
     let mut settings = HostSettings::new(registry);
-    settings.simulate_fake_agents = false;
+    settings.fake_bmc_agents = Arc::new(capstan_hosts::provisioner::HostBoots);
     let controller_client = client.clone();
     let options = RunOptions::new(stop.clone());
     tokio::spawn(async move {

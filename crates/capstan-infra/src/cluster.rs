@@ -1,19 +1,20 @@
 //! The InfraCluster contract over an [`InfraClusterProvider`].
 //!
 //! One pass of [`InfraClusterController`]: deleted → [`InfraClusterProvider::release`] until done,
-//! then the finalizer goes; otherwise add the finalizer, wait for the owning `Cluster` (owner
-//! reference of kind `Cluster` in `cluster.x-k8s.io`), then ask the provider. `Done` writes
-//! `spec.controlPlaneEndpoint` when the provider computed one and the spec has none,
-//! `status.initialization.provisioned`, `status.ready`, `status.failureDomains` (the v1beta2 list of
-//! `{name, controlPlane, attributes}`) and `Ready`; `Waiting` writes `Ready` false with the reason.
+//! then the harness removes the finalizer; otherwise (the harness added the finalizer) wait for
+//! the owning `Cluster` (owner reference of kind `Cluster` in `cluster.x-k8s.io`), then ask the
+//! provider. `Done` writes `spec.controlPlaneEndpoint` when the provider computed one and the spec
+//! has none, `status.initialization.provisioned`, `status.ready`, `status.failureDomains` (the
+//! v1beta2 list of `{name, controlPlane, attributes}`) and `Ready`; `Waiting` writes `Ready` false
+//! with the reason.
 
-use crate::status::{self, status_patch};
+use crate::status;
 use crate::{
     InfraError, Progress, REASON_DELETING, REASON_PROVISIONED, REASON_WAITING_FOR_OWNER, Waiting,
     api_error,
 };
 use capstan_model::capi::v1beta2::Cluster;
-use capstan_runtime::{Action, Context, Reconciler};
+use capstan_runtime::{Action, Cleanup, Context, Reconciler};
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::NamespaceResourceScope;
 use kube::runtime::controller::Controller;
@@ -101,24 +102,10 @@ impl<P: InfraClusterProvider> InfraClusterController<P> {
         reason: &str,
         message: &str,
     ) -> Result<(), InfraError<P::Error>> {
-        let value = serde_json::to_value(cluster).unwrap_or(Value::Null);
         let condition = status::ready(ready, reason, message, cluster.meta().generation);
-        if let Some(patch) = status_patch(
-            &value,
-            owned,
-            vec![condition],
-            &capstan_runtime::conditions::now(),
-        ) {
-            let name = cluster.name_any();
-            status::patch_status(api, &name, &patch)
-                .await
-                .map_err(api_error(
-                    "patching status of",
-                    &Self::kind(),
-                    cluster.namespace().as_deref().unwrap_or_default(),
-                    &name,
-                ))?;
-        }
+        status::write_status(api, cluster, owned, vec![condition])
+            .await
+            .map_err(InfraError::Status)?;
         Ok(())
     }
 
@@ -173,6 +160,10 @@ impl<P: InfraClusterProvider> Reconciler for InfraClusterController<P> {
         true
     }
 
+    fn finalizer(&self) -> Option<&'static str> {
+        Some(self.provider.finalizer())
+    }
+
     fn cluster_name(&self, object: &Self::Object) -> Option<String> {
         owner_cluster_name(object.meta()).or_else(|| {
             object
@@ -201,47 +192,6 @@ impl<P: InfraClusterProvider> Reconciler for InfraClusterController<P> {
             return Err(InfraError::NoNamespace { kind, name });
         };
         let api: Api<P::Cluster> = Api::namespaced(context.client().clone(), &namespace);
-        let finalizer = self.provider.finalizer();
-        if cluster.meta().deletion_timestamp.is_some() {
-            if !cluster.finalizers().iter().any(|f| f == finalizer) {
-                return Ok(Action::await_change());
-            }
-            return match self
-                .provider
-                .release(&cluster, &context)
-                .await
-                .map_err(InfraError::Provider)?
-            {
-                Progress::Done(()) => {
-                    status::remove_finalizer(&api, &*cluster, finalizer)
-                        .await
-                        .map_err(api_error(
-                            "removing the finalizer of",
-                            &kind,
-                            &namespace,
-                            &name,
-                        ))?;
-                    Ok(Action::await_change())
-                }
-                Progress::Waiting(mut waiting) => {
-                    if waiting.reason.is_empty() {
-                        waiting.reason = REASON_DELETING.to_owned();
-                    }
-                    self.write_waiting(&api, &cluster, &waiting).await
-                }
-            };
-        }
-        if status::add_finalizer(&api, &*cluster, finalizer)
-            .await
-            .map_err(api_error(
-                "adding the finalizer to",
-                &kind,
-                &namespace,
-                &name,
-            ))?
-        {
-            return Ok(Action::await_change());
-        }
         let owner = match owner_cluster_name(cluster.meta()) {
             Some(owner) => Api::<Cluster>::namespaced(context.client().clone(), &namespace)
                 .get_opt(&owner)
@@ -300,6 +250,34 @@ impl<P: InfraClusterProvider> Reconciler for InfraClusterController<P> {
                 self.write(&api, &cluster, owned, true, REASON_PROVISIONED, "")
                     .await?;
                 Ok(Action::await_change())
+            }
+        }
+    }
+
+    /// The provider releases what the cluster's infrastructure holds; the harness removes the
+    /// finalizer once it is done.
+    async fn cleanup(
+        &self,
+        cluster: Arc<Self::Object>,
+        context: Arc<Context>,
+    ) -> Result<Cleanup, Self::Error> {
+        let kind = Self::kind();
+        let name = cluster.name_any();
+        let Some(namespace) = cluster.namespace() else {
+            return Err(InfraError::NoNamespace { kind, name });
+        };
+        let api: Api<P::Cluster> = Api::namespaced(context.client().clone(), &namespace);
+        match self
+            .provider
+            .release(&cluster, &context)
+            .await
+            .map_err(InfraError::Provider)?
+        {
+            Progress::Done(()) => Ok(Cleanup::Done),
+            Progress::Waiting(waiting) => {
+                let waiting = waiting.or_reason(REASON_DELETING);
+                let action = self.write_waiting(&api, &cluster, &waiting).await?;
+                Ok(Cleanup::Pending(action))
             }
         }
     }

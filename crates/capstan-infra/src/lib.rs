@@ -84,6 +84,15 @@ impl Waiting {
         self.requeue_after = Some(delay);
         self
     }
+
+    /// With `reason` when the provider named none (a release in progress says `Deleting`).
+    #[must_use]
+    pub fn or_reason(mut self, reason: &str) -> Self {
+        if self.reason.is_empty() {
+            self.reason = reason.to_owned();
+        }
+        self
+    }
 }
 
 impl<T> Progress<T> {
@@ -126,6 +135,8 @@ pub enum InfraError<E: std::error::Error + 'static> {
         name: String,
         source: serde_json::Error,
     },
+    #[error("writing the status")]
+    Status(#[source] capstan_runtime::patch::PatchError),
     #[error("provider")]
     Provider(#[source] E),
 }

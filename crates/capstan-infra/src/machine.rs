@@ -2,8 +2,9 @@
 //!
 //! One pass of [`InfraMachineController`]:
 //!
-//! 1. Deleted → [`InfraMachineProvider::release`]; the finalizer goes once it reports done.
-//! 2. No finalizer yet → add it (the write triggers the next pass).
+//! 1. Deleted → [`InfraMachineProvider::release`] ([`Reconciler::cleanup`]); the harness removes
+//!    the finalizer once it reports done.
+//! 2. No finalizer yet → the harness adds it (the write triggers the next pass).
 //! 3. Owner `Machine` (owner reference of kind `Machine` in `cluster.x-k8s.io`) → wait until set.
 //! 4. The Cluster (`Machine.spec.clusterName`) → wait until it exists and reports
 //!    `status.initialization.infrastructureProvisioned`.
@@ -18,7 +19,7 @@
 //! appears there) and to Clusters (pause and infrastructure readiness), plus whatever the provider
 //! watches in [`InfraMachineProvider::configure`].
 
-use crate::status::{self, conditions_of, status_patch};
+use crate::status::{self, conditions_of};
 use crate::{
     InfraError, Progress, REASON_DELETING, REASON_PROVISIONED, REASON_WAITING_FOR_BOOTSTRAP_DATA,
     REASON_WAITING_FOR_CLUSTER_INFRASTRUCTURE, REASON_WAITING_FOR_OWNER, Waiting, api_error,
@@ -27,7 +28,7 @@ use capstan_model::capi::v1beta2::{Cluster, Machine};
 use capstan_model::meta::Condition;
 use capstan_runtime::tables::{ObjectCaches, decode};
 use capstan_runtime::watches::watches_cached;
-use capstan_runtime::{Action, Context, Reconciler};
+use capstan_runtime::{Action, Cleanup, Context, Reconciler};
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::NamespaceResourceScope;
 use kube::runtime::controller::Controller;
@@ -221,24 +222,11 @@ impl<P: InfraMachineProvider> InfraMachineController<P> {
             waiting.message.clone(),
             machine.meta().generation,
         );
-        let name = machine.name_any();
         let mut conditions = vec![condition];
         conditions.extend(waiting.conditions.iter().cloned());
-        if let Some(patch) = status_patch(
-            &value,
-            owned,
-            conditions,
-            &capstan_runtime::conditions::now(),
-        ) {
-            status::patch_status(api, &name, &patch)
-                .await
-                .map_err(api_error(
-                    "patching status of",
-                    &Self::kind(),
-                    machine.namespace().as_deref().unwrap_or_default(),
-                    &name,
-                ))?;
-        }
+        status::write_status(api, machine, owned, conditions)
+            .await
+            .map_err(InfraError::Status)?;
         Ok(waiting
             .requeue_after
             .map_or_else(Action::await_change, Action::requeue))
@@ -286,21 +274,9 @@ impl<P: InfraMachineProvider> InfraMachineController<P> {
             machine.meta().generation,
         )];
         conditions.extend(provisioned.conditions);
-        if let Some(patch) = status_patch(
-            &value,
-            owned,
-            conditions,
-            &capstan_runtime::conditions::now(),
-        ) {
-            status::patch_status(api, &name, &patch)
-                .await
-                .map_err(api_error(
-                    "patching status of",
-                    &Self::kind(),
-                    &namespace,
-                    &name,
-                ))?;
-        }
+        status::write_status(api, machine, owned, conditions)
+            .await
+            .map_err(InfraError::Status)?;
         Ok(provisioned
             .requeue_after
             .map_or_else(Action::await_change, Action::requeue))
@@ -334,17 +310,6 @@ impl<P: InfraMachineProvider> InfraMachineController<P> {
     ) -> InfraResult<Action, P> {
         let namespace = machine.namespace().unwrap_or_default();
         let kind = Self::kind();
-        if status::add_finalizer(api, machine, self.provider.finalizer())
-            .await
-            .map_err(api_error(
-                "adding the finalizer to",
-                &kind,
-                &namespace,
-                &machine.name_any(),
-            ))?
-        {
-            return Ok(Action::await_change());
-        }
         let value = serde_json::to_value(machine).unwrap_or(Value::Null);
         let already_provisioned = is_provisioned(&value);
         let Some(owner) = self.owner(context, machine).await? else {
@@ -464,11 +429,7 @@ impl<P: InfraMachineProvider> InfraMachineController<P> {
         api: &Api<P::Machine>,
         machine: &P::Machine,
         context: &Context,
-    ) -> InfraResult<Action, P> {
-        let finalizer = self.provider.finalizer();
-        if !machine.finalizers().iter().any(|f| f == finalizer) {
-            return Ok(Action::await_change());
-        }
+    ) -> InfraResult<Cleanup, P> {
         let owner = self.owner(context, machine).await?;
         let request = ReleaseRequest {
             machine,
@@ -480,22 +441,11 @@ impl<P: InfraMachineProvider> InfraMachineController<P> {
             .await
             .map_err(InfraError::Provider)?
         {
-            Progress::Done(()) => {
-                status::remove_finalizer(api, machine, finalizer)
-                    .await
-                    .map_err(api_error(
-                        "removing the finalizer of",
-                        &Self::kind(),
-                        machine.namespace().as_deref().unwrap_or_default(),
-                        &machine.name_any(),
-                    ))?;
-                Ok(Action::await_change())
-            }
-            Progress::Waiting(mut waiting) => {
-                if waiting.reason.is_empty() {
-                    waiting.reason = REASON_DELETING.to_owned();
-                }
-                self.write_waiting(api, machine, &waiting).await
+            Progress::Done(()) => Ok(Cleanup::Done),
+            Progress::Waiting(waiting) => {
+                let waiting = waiting.or_reason(REASON_DELETING);
+                let action = self.write_waiting(api, machine, &waiting).await?;
+                Ok(Cleanup::Pending(action))
             }
         }
     }
@@ -515,6 +465,10 @@ impl<P: InfraMachineProvider> Reconciler for InfraMachineController<P> {
 
     fn follows_cluster_pause(&self) -> bool {
         true
+    }
+
+    fn finalizer(&self) -> Option<&'static str> {
+        Some(self.provider.finalizer())
     }
 
     fn configure_with_caches(
@@ -554,11 +508,24 @@ impl<P: InfraMachineProvider> Reconciler for InfraMachineController<P> {
             });
         };
         let api: Api<P::Machine> = Api::namespaced(context.client().clone(), &namespace);
-        if object.meta().deletion_timestamp.is_some() {
-            self.reconcile_delete(&api, &object, &context).await
-        } else {
-            self.reconcile_normal(&api, &object, &context).await
-        }
+        self.reconcile_normal(&api, &object, &context).await
+    }
+
+    /// The provider releases what the machine holds; the harness removes the finalizer once it
+    /// is done.
+    async fn cleanup(
+        &self,
+        object: Arc<Self::Object>,
+        context: Arc<Context>,
+    ) -> Result<Cleanup, Self::Error> {
+        let Some(namespace) = object.namespace() else {
+            return Err(InfraError::NoNamespace {
+                kind: Self::kind(),
+                name: object.name_any(),
+            });
+        };
+        let api: Api<P::Machine> = Api::namespaced(context.client().clone(), &namespace);
+        self.reconcile_delete(&api, &object, &context).await
     }
 }
 

@@ -1,14 +1,17 @@
-//! Writing only what a controller owns: status merge patches that carry just the changed owned
-//! fields, conditions merged with the Kubernetes transition-time rules, and finalizers added and
-//! removed with a `resourceVersion` precondition.
+//! The status an infrastructure object reports: the owned fields and conditions a pass sets, merged
+//! with the Kubernetes transition-time rules, written through capstan-runtime's one status writer
+//! ([`capstan_runtime::patch::patch_status`]: a merge patch of what changed, guarded by the
+//! resourceVersion when it replaces a list). Finalizers are the harness's
+//! ([`capstan_runtime::finalizers`]).
 
 use capstan_model::meta::Condition;
 use capstan_runtime::conditions::{self, set_condition};
-use kube::api::{Api, Patch, PatchParams};
-use kube::{Resource, ResourceExt};
+use capstan_runtime::patch::{self, PatchError};
+use kube::Resource;
+use kube::api::Api;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use std::fmt::Debug;
 
 /// The conditions in `object`'s `status.conditions` (none when absent or malformed).
@@ -20,21 +23,23 @@ pub fn conditions_of(object: &Value) -> Vec<Condition> {
         .unwrap_or_default()
 }
 
-/// A merge patch of `status` holding each of `owned` whose value differs from `object`'s, plus
-/// `conditions` merged into the object's (kept transition times); `None` when nothing changed.
-pub fn status_patch(
+/// `object`'s status with each of `owned` set (a null removes the field) and `new_conditions`
+/// merged into its conditions (transition times kept where the status did not change).
+pub fn status_with(
     object: &Value,
     owned: Map<String, Value>,
     new_conditions: Vec<Condition>,
     now: &str,
-) -> Option<Value> {
-    let current = object.get("status").cloned().unwrap_or(Value::Null);
-    let mut patch = Map::new();
+) -> Value {
+    let mut status = match object.get("status") {
+        Some(Value::Object(status)) => status.clone(),
+        _ => Map::new(),
+    };
     for (field, value) in owned {
-        if current.get(&field) != Some(&value)
-            && !(value.is_null() && current.get(&field).is_none())
-        {
-            patch.insert(field, value);
+        if value.is_null() {
+            status.remove(&field);
+        } else {
+            status.insert(field, value);
         }
     }
     let mut merged = conditions_of(object);
@@ -43,12 +48,12 @@ pub fn status_patch(
         changed |= set_condition(&mut merged, condition, now);
     }
     if changed {
-        patch.insert(
+        status.insert(
             "conditions".into(),
             serde_json::to_value(&merged).unwrap_or(Value::Null),
         );
     }
-    (!patch.is_empty()).then(|| json!({ "status": patch }))
+    Value::Object(status)
 }
 
 /// A `Ready` condition.
@@ -71,76 +76,32 @@ pub fn ready(
     )
 }
 
-/// Applies a status merge patch to `name`.
-pub async fn patch_status<K>(api: &Api<K>, name: &str, patch: &Value) -> Result<K, kube::Error>
+/// Writes `object`'s status with `owned` and `new_conditions` set ([`status_with`]); no request
+/// when nothing changed.
+pub async fn write_status<K>(
+    api: &Api<K>,
+    object: &K,
+    owned: Map<String, Value>,
+    new_conditions: Vec<Condition>,
+) -> Result<(), PatchError>
 where
-    K: Resource + Clone + DeserializeOwned + Debug,
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + Debug,
 {
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
+    let value = serde_json::to_value(object).unwrap_or(Value::Null);
+    let before = value
+        .get("status")
+        .cloned()
+        .unwrap_or_else(|| Value::Object(Map::new()));
+    let after = status_with(&value, owned, new_conditions, &conditions::now());
+    patch::patch_status(api, object, &before, &after)
         .await
-}
-
-/// Adds `finalizer` to `object` unless present; `true` when a write was made (it triggers the next
-/// reconcile). The write is guarded by the object's resourceVersion.
-pub async fn add_finalizer<K>(
-    api: &Api<K>,
-    object: &K,
-    finalizer: &str,
-) -> Result<bool, kube::Error>
-where
-    K: Resource + Clone + DeserializeOwned + Serialize + Debug,
-{
-    if object.finalizers().iter().any(|f| f == finalizer) {
-        return Ok(false);
-    }
-    let mut finalizers = object.finalizers().to_vec();
-    finalizers.push(finalizer.to_owned());
-    let patch = json!({"metadata": {
-        "finalizers": finalizers,
-        "resourceVersion": object.meta().resource_version,
-    }});
-    api.patch(
-        &object.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await?;
-    Ok(true)
-}
-
-/// Removes `finalizer` from `object` if present, guarded by the object's resourceVersion.
-pub async fn remove_finalizer<K>(
-    api: &Api<K>,
-    object: &K,
-    finalizer: &str,
-) -> Result<(), kube::Error>
-where
-    K: Resource + Clone + DeserializeOwned + Serialize + Debug,
-{
-    if !object.finalizers().iter().any(|f| f == finalizer) {
-        return Ok(());
-    }
-    let finalizers: Vec<&String> = object
-        .finalizers()
-        .iter()
-        .filter(|f| *f != finalizer)
-        .collect();
-    let patch = json!({"metadata": {
-        "finalizers": finalizers,
-        "resourceVersion": object.meta().resource_version,
-    }});
-    api.patch(
-        &object.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await?;
-    Ok(())
+        .map(drop)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn status_patch_carries_only_changed_fields() {
@@ -152,8 +113,11 @@ mod tests {
             "addresses".into(),
             json!([{"type": "InternalIP", "address": "10.0.0.1"}]),
         );
-        let patch = status_patch(&object, owned, Vec::new(), "2026-01-01T00:00:00Z");
-        assert_eq!(patch, Some(json!({"status": {"failureDomain": "fd-1"}})));
+        let after = status_with(&object, owned, Vec::new(), "2026-01-01T00:00:00Z");
+        assert_eq!(
+            patch::merge_diff(&object["status"], &after),
+            Some(json!({"failureDomain": "fd-1"}))
+        );
     }
 
     #[test]
@@ -164,13 +128,13 @@ mod tests {
         let mut owned = Map::new();
         owned.insert("ready".into(), json!(false));
         owned.insert("failureDomain".into(), Value::Null);
-        let patch = status_patch(
+        let after = status_with(
             &object,
             owned,
             vec![ready(false, "WaitingForHost", "m", None)],
             "2026-01-02T00:00:00Z",
         );
-        assert_eq!(patch, None);
+        assert_eq!(patch::merge_diff(&object["status"], &after), None);
     }
 
     #[test]
@@ -178,17 +142,13 @@ mod tests {
         let object = json!({"status": {"conditions": [
             {"type": "Other", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}
         ]}});
-        let patch = status_patch(
+        let after = status_with(
             &object,
             Map::new(),
             vec![ready(true, "Provisioned", "", Some(3))],
             "2026-01-02T00:00:00Z",
-        )
-        .unwrap_or_default();
-        let conditions = patch["status"]["conditions"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
+        );
+        let conditions = after["conditions"].as_array().cloned().unwrap_or_default();
         assert_eq!(conditions.len(), 2);
         assert_eq!(conditions[1]["type"], "Ready");
         assert_eq!(conditions[1]["lastTransitionTime"], "2026-01-02T00:00:00Z");

@@ -85,7 +85,9 @@ async fn start() -> Env {
         boot_media: None,
     }));
     let mut settings = HostSettings::new(registry);
-    settings.simulated_step_time = Duration::from_millis(10);
+    settings.fake_bmc_agents = Arc::new(capstan_hosts::simulated_agent::SimulatedAgents::new(
+        Duration::from_millis(10),
+    ));
     let shutdown = CancellationToken::new();
     let options = RunOptions::new(shutdown.clone());
     let workloads: capstan_workload::SharedWorkloadAccess = Arc::new(OneWorkload(workload.clone()));

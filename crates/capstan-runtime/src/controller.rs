@@ -4,7 +4,8 @@
 //! Around each reconcile the harness:
 //! - skips the object when it, or the Cluster it belongs to, is paused (`cluster.x-k8s.io/paused`
 //!   annotation, or `spec.paused` on the Cluster; the Cluster's pause comes from the process's
-//!   shared [`ClusterPauses`]), and re-triggers it when that Cluster changes;
+//!   shared [`ClusterPauses`]), or its kind's own pause says so ([`Reconciler::paused`]), and
+//!   re-triggers it when that Cluster changes;
 //! - adds the controller's finalizer before the first reconcile and, once the object is being
 //!   deleted, calls [`Reconciler::cleanup`] on every pass until it answers [`Cleanup::Done`]; only
 //!   then is the finalizer removed (cleanup that waits for other objects to go takes many passes);
@@ -31,7 +32,7 @@ use capstan_model::meta::LABEL_CLUSTER_NAME;
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::controller::{self, Action, Config, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -79,6 +80,14 @@ pub trait Reconciler: Send + Sync + 'static {
     /// With one, [`Reconciler::cleanup`] runs once the object is being deleted.
     fn finalizer(&self) -> Option<&'static str> {
         None
+    }
+
+    /// Whether `object` is paused by a rule of its own kind besides Cluster API's
+    /// (`cluster.x-k8s.io/paused`, which the harness always honours): a paused object is left
+    /// alone entirely, its finalizer included (a BareMetalHost's `baremetalhost.metal3.io/paused`,
+    /// which `clusterctl move` sets before it copies hosts away).
+    fn paused(&self, _object: &Self::Object) -> bool {
+        false
     }
 
     /// The Cluster an object belongs to (same namespace), whose pause also pauses the object. The
@@ -400,7 +409,7 @@ async fn is_paused<R: Reconciler>(
     shared: &Shared<R>,
     object: &R::Object,
 ) -> Result<bool, ReconcileError<R::Error>> {
-    if has_paused_annotation(object.meta()) {
+    if has_paused_annotation(object.meta()) || shared.reconciler.paused(object) {
         return Ok(true);
     }
     // Only controllers that watch Clusters honour their pause: the others would not notice the
@@ -454,67 +463,38 @@ async fn reconcile_once<R: Reconciler>(
         object.meta().namespace.as_deref(),
     );
     let has_finalizer = object.finalizers().iter().any(|f| f == finalizer_name);
-    let deleting = object.meta().deletion_timestamp.is_some();
-    if deleting {
+    if object.meta().deletion_timestamp.is_some() {
         if !has_finalizer {
             // Ours is done; other finalizers hold the object.
             return Ok(Some(Action::await_change()));
         }
-        let version = object.meta().resource_version.clone();
-        let remaining: Vec<String> = object
-            .finalizers()
-            .iter()
-            .filter(|f| *f != finalizer_name)
-            .cloned()
-            .collect();
-        let name = object.name_any();
         return match reconciler
-            .cleanup(object, context)
+            .cleanup(object.clone(), context)
             .await
             .map_err(ReconcileError::Cleanup)?
         {
             Cleanup::Pending(action) => Ok(Some(action)),
             Cleanup::Done => {
-                // Guarded by the resourceVersion: a finalizer another writer added meanwhile is not
-                // dropped (the conflict is retried with the fresh list).
-                let patch = serde_json::json!({"metadata": {
-                    "finalizers": remaining,
-                    "resourceVersion": version,
-                }});
-                match api
-                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                // Guarded by the finalizer list as read, not the resourceVersion: a status the
+                // cleanup wrote does not fail the removal; a finalizer list that moved does.
+                crate::finalizers::remove(&api, &*object, finalizer_name)
                     .await
-                {
-                    Ok(_) => Ok(Some(Action::await_change())),
-                    // Already gone: nothing is left to release.
-                    Err(kube::Error::Api(e)) if e.code == 404 => Ok(Some(Action::await_change())),
-                    Err(source) => Err(ReconcileError::RemoveFinalizer {
+                    .map_err(|source| ReconcileError::RemoveFinalizer {
                         finalizer: finalizer_name,
                         source: Box::new(source),
-                    }),
-                }
+                    })?;
+                Ok(Some(Action::await_change()))
             }
         };
     }
     if !has_finalizer {
-        // A merge patch guarded by the resourceVersion keeps finalizers other writers add meanwhile;
-        // the write triggers the next reconcile.
-        let mut finalizers = object.finalizers().to_vec();
-        finalizers.push(finalizer_name.to_owned());
-        let patch = serde_json::json!({"metadata": {
-            "finalizers": finalizers,
-            "resourceVersion": object.meta().resource_version,
-        }});
-        api.patch(
-            &object.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-        .map_err(|source| ReconcileError::AddFinalizer {
-            finalizer: finalizer_name,
-            source: Box::new(source),
-        })?;
+        // The write triggers the next reconcile.
+        crate::finalizers::add(&api, &*object, finalizer_name)
+            .await
+            .map_err(|source| ReconcileError::AddFinalizer {
+                finalizer: finalizer_name,
+                source: Box::new(source),
+            })?;
         return Ok(Some(Action::await_change()));
     }
     reconciler

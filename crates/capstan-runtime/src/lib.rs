@@ -5,6 +5,8 @@
 //!   nothing above it).
 //! - [`controller`]: the harness that runs a [`Reconciler`] with `kube_runtime::Controller` —
 //!   paused objects, finalizers, events, metrics and per-object backoff.
+//! - [`finalizers`]: the one way a finalizer is added and removed (JSON patches that test the list
+//!   as read), which the harness calls for every controller that has one.
 //! - [`leader`]: Lease-based leader election for standalone controllers.
 //! - [`metrics`], [`health`] and [`conditions`]: Prometheus metrics, the standalone
 //!   `/healthz`/`/readyz`/`/metrics` router, and typed status-condition helpers.
@@ -30,6 +32,7 @@ pub mod client;
 pub mod conditions;
 pub mod controller;
 pub mod events;
+pub mod finalizers;
 pub mod health;
 pub mod index;
 pub mod leader;

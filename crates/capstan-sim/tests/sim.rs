@@ -131,7 +131,9 @@ async fn start_with(state_dir: Option<std::path::PathBuf>) -> Env {
         boot_media: None,
     }));
     let mut settings = HostSettings::new(registry);
-    settings.simulated_step_time = Duration::from_millis(10);
+    settings.fake_bmc_agents = Arc::new(capstan_hosts::simulated_agent::SimulatedAgents::new(
+        Duration::from_millis(10),
+    ));
     let sim = Simulator::new(
         client.clone(),
         SimSettings {

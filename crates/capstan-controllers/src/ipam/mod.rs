@@ -166,30 +166,14 @@ fn parsed(address: &IPAddress) -> Option<IpAddr> {
     address.spec.address.trim().parse().ok()
 }
 
-/// Removes the address finalizer (with a resourceVersion precondition) and deletes the IPAddress
-/// (with a uid precondition), tolerating that it is already gone.
+/// Removes the address finalizer (capstan-runtime's one way: a JSON patch testing the list as read)
+/// and deletes the IPAddress (with a uid precondition), tolerating that it is already gone.
 async fn release(api: &Api<IPAddress>, address: &IPAddress) -> Result<(), IpamError> {
     let name = address.name_any();
     let namespace = address.meta().namespace.clone().unwrap_or_default();
-    if address.finalizers().iter().any(|f| f == ADDRESS_FINALIZER) {
-        let remaining: Vec<&String> = address
-            .finalizers()
-            .iter()
-            .filter(|f| *f != ADDRESS_FINALIZER)
-            .collect();
-        let patch = json!({"metadata": {
-            "finalizers": remaining,
-            "resourceVersion": address.meta().resource_version,
-        }});
-        match api
-            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => {}
-            Err(e) if is_status(&e, kube::core::Status::is_not_found) => return Ok(()),
-            Err(e) => return Err(api_error("updating", "IPAddress", &namespace, &name)(e)),
-        }
-    }
+    capstan_runtime::finalizers::remove(api, address, ADDRESS_FINALIZER)
+        .await
+        .map_err(api_error("updating", "IPAddress", &namespace, &name))?;
     let params = DeleteParams {
         preconditions: Some(Preconditions {
             uid: address.meta().uid.clone(),
