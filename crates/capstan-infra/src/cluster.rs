@@ -188,10 +188,7 @@ impl<P: InfraClusterProvider> Reconciler for InfraClusterController<P> {
     ) -> Result<Action, Self::Error> {
         let kind = Self::kind();
         let name = cluster.name_any();
-        let Some(namespace) = cluster.namespace() else {
-            return Err(InfraError::NoNamespace { kind, name });
-        };
-        let api: Api<P::Cluster> = Api::namespaced(context.client().clone(), &namespace);
+        let (namespace, api) = crate::namespaced(&*cluster, context.client())?;
         let owner = match owner_cluster_name(cluster.meta()) {
             Some(owner) => Api::<Cluster>::namespaced(context.client().clone(), &namespace)
                 .get_opt(&owner)
@@ -261,12 +258,7 @@ impl<P: InfraClusterProvider> Reconciler for InfraClusterController<P> {
         cluster: Arc<Self::Object>,
         context: Arc<Context>,
     ) -> Result<Cleanup, Self::Error> {
-        let kind = Self::kind();
-        let name = cluster.name_any();
-        let Some(namespace) = cluster.namespace() else {
-            return Err(InfraError::NoNamespace { kind, name });
-        };
-        let api: Api<P::Cluster> = Api::namespaced(context.client().clone(), &namespace);
+        let (_, api) = crate::namespaced(&*cluster, context.client())?;
         match self
             .provider
             .release(&cluster, &context)

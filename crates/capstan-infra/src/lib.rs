@@ -141,6 +141,27 @@ pub enum InfraError<E: std::error::Error + 'static> {
     Provider(#[source] E),
 }
 
+/// The namespace of `object` (infrastructure objects are namespaced) and an `Api` of its kind
+/// there.
+pub(crate) fn namespaced<K, E>(
+    object: &K,
+    client: &kube::Client,
+) -> Result<(String, kube::Api<K>), InfraError<E>>
+where
+    K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>,
+    E: std::error::Error + 'static,
+{
+    use kube::ResourceExt;
+    let Some(namespace) = object.namespace() else {
+        return Err(InfraError::NoNamespace {
+            kind: K::kind(&()).into_owned(),
+            name: object.name_any(),
+        });
+    };
+    let api = kube::Api::namespaced(client.clone(), &namespace);
+    Ok((namespace, api))
+}
+
 /// Maps a kube error of `verb` on `kind` `namespace/name` into an [`InfraError`].
 pub(crate) fn api_error<E: std::error::Error + 'static>(
     verb: &'static str,

@@ -501,13 +501,7 @@ impl<P: InfraMachineProvider> Reconciler for InfraMachineController<P> {
         object: Arc<Self::Object>,
         context: Arc<Context>,
     ) -> Result<Action, Self::Error> {
-        let Some(namespace) = object.namespace() else {
-            return Err(InfraError::NoNamespace {
-                kind: Self::kind(),
-                name: object.name_any(),
-            });
-        };
-        let api: Api<P::Machine> = Api::namespaced(context.client().clone(), &namespace);
+        let (_, api) = crate::namespaced(&*object, context.client())?;
         self.reconcile_normal(&api, &object, &context).await
     }
 
@@ -518,13 +512,7 @@ impl<P: InfraMachineProvider> Reconciler for InfraMachineController<P> {
         object: Arc<Self::Object>,
         context: Arc<Context>,
     ) -> Result<Cleanup, Self::Error> {
-        let Some(namespace) = object.namespace() else {
-            return Err(InfraError::NoNamespace {
-                kind: Self::kind(),
-                name: object.name_any(),
-            });
-        };
-        let api: Api<P::Machine> = Api::namespaced(context.client().clone(), &namespace);
+        let (_, api) = crate::namespaced(&*object, context.client())?;
         self.reconcile_delete(&api, &object, &context).await
     }
 }
