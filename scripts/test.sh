@@ -52,6 +52,20 @@ node_warm=$(mktemp -d)
 target/debug/capstan image archives --kubernetes-bin "${CAPSTAN_PEERS_BIN:-$(scripts/peers.sh)}" --out "$node_warm" >/dev/null
 rm -rf "$node_warm"
 
+# A libvirtd (and its virtlogd) an earlier run of this suite started inside that run's network
+# namespace outlives the run; its VMs could not reach this run's servers, and the tests refuse it.
+# Such leftovers are stopped; a libvirtd of the machine's own namespace is left alone.
+own_namespace=$(readlink /proc/self/ns/net)
+for daemon in libvirtd virtlogd; do
+    for pid in $(pgrep -x "$daemon" || true); do
+        if [ "$(readlink "/proc/$pid/ns/net" 2>/dev/null)" != "$own_namespace" ]; then
+            echo "stopping $daemon (pid $pid), left in another network namespace by an earlier run" >&2
+            kill "$pid" 2>/dev/null || true
+            tail --pid="$pid" -f /dev/null
+        fi
+    done
+done
+
 isolated=()
 if [ "$(id -u)" -eq 0 ] && unshare --net true 2>/dev/null; then
     isolated=(unshare --net sh -c 'ip link set lo up && exec "$@"' isolated)
