@@ -5,7 +5,7 @@
 //! host is released.
 //!
 //! [`settle`] (what a step does to the status) and [`operational_status`] are plain functions, so
-//! the machine's table tests (`tests` below, against [`crate::fixture`]) check a whole pass
+//! the machine's table tests (`machine/table.rs`, against [`crate::fixture`]) check a whole pass
 //! without a server.
 //!
 //! Failures are counted in `status.errorCount` and retried after an exponential backoff measured
@@ -623,10 +623,6 @@ impl HostController {
         let namespace = host.namespace().ok_or(HostError::NoNamespace)?;
         let client = context.client().clone();
         let deleting = host.metadata.deletion_timestamp.is_some();
-        let waiting = PassOutcome {
-            action: Action::await_change(),
-            released: false,
-        };
         let status = host.status.clone().unwrap_or_default();
         let state =
             ProvisioningState::parse(&status.provisioning.state).unwrap_or(ProvisioningState::None);
@@ -634,7 +630,7 @@ impl HostController {
         if let Some(remaining) = backoff_remaining(&status).filter(|_| !deleting) {
             return Ok(PassOutcome {
                 action: Action::requeue(remaining),
-                ..waiting
+                released: false,
             });
         }
         let access = self
