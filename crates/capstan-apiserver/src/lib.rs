@@ -67,7 +67,9 @@ use std::sync::{Arc, RwLock, RwLockWriteGuard};
 use std::time::Instant;
 
 pub use authn::UserInfo;
-pub use client::{in_process_client, in_process_client_as};
+pub use client::{
+    WithoutManagedFields, in_process_client, in_process_client_as, in_process_controller_client,
+};
 pub use metrics::Metrics;
 
 /// A write's request body as the handlers read it: a protobuf body transcoded (for Kubernetes' own
@@ -766,7 +768,9 @@ fn verb(
 
 async fn api(
     State(state): State<Arc<ApiState>>,
-    user: Option<axum::Extension<UserInfo>>,
+    // The caller's identity (set by authentication) and the in-process
+    // controllers' marker, both request extensions.
+    extensions: axum::http::Extensions,
     method: Method,
     uri: Uri,
     Query(query): Query<HashMap<String, String>>,
@@ -774,6 +778,8 @@ async fn api(
     body: axum::body::Body,
 ) -> Response {
     let started = Instant::now();
+    let user = extensions.get::<UserInfo>().cloned();
+    let without_managed_fields = extensions.get::<client::WithoutManagedFields>().is_some();
     let body = match read_body(body).await {
         Ok(body) => body,
         Err(err) => return err.into_response(),
@@ -813,7 +819,7 @@ async fn api(
         target::Target::Resource(path) => {
             if reviews::is_review(&path.group, &path.version, &path.plural) {
                 drop(registry);
-                let user = user.map(|u| u.0).unwrap_or_default();
+                let user = user.unwrap_or_default();
                 let wants_protobuf = wire::prefers_protobuf(&headers);
                 let (headers, body) = match wire::request_to_json(true, headers, body) {
                     Ok(decoded) => decoded,
@@ -857,6 +863,7 @@ async fn api(
                 path,
                 query,
                 headers,
+                without_managed_fields,
             };
             if let Err(err) = no_escalation(&state, user.as_ref(), &method, &request, &body).await {
                 return err.into_response();
@@ -900,7 +907,7 @@ async fn api(
 /// stored must not grant more than the user holds ([`authz::confirm_no_escalation`]).
 async fn no_escalation(
     state: &ApiState,
-    user: Option<&axum::Extension<UserInfo>>,
+    user: Option<&UserInfo>,
     method: &Method,
     request: &handlers::Request,
     body: &Bytes,

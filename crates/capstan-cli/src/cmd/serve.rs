@@ -182,7 +182,7 @@ async fn serve(args: Args, style: &Style) -> anyhow::Result<Exit> {
             .metrics
             .with_registry(|registry| metrics.register(registry));
         // The controllers act with their own least-privilege role, not as the admin.
-        let client = capstan_apiserver::in_process_client_as(
+        let client = capstan_apiserver::in_process_controller_client(
             server.router(),
             capstan_apiserver::authz::controllers_identity(),
         );
