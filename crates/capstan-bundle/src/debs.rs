@@ -77,10 +77,7 @@ pub fn field<'a>(control: &'a str, name: &str) -> Option<&'a str> {
 /// downloads), returning the files.
 pub fn fetch_all(cache: &Path, names: &[String]) -> Result<Vec<PathBuf>, BundleError> {
     std::fs::create_dir_all(cache).map_err(io("creating", cache))?;
-    names
-        .iter()
-        .map(|name| capstan_ramdisk::debian::fetch(cache, name).map_err(BundleError::from))
-        .collect()
+    capstan_ramdisk::debian::fetch_all(cache, names).map_err(BundleError::from)
 }
 
 /// A package of the bundle: its file there and what `manifest.json` says of it.

@@ -1,7 +1,7 @@
 //! Debian's packages as building material: the cloud kernel (`linux-image-cloud-amd64`, resolved to
 //! its versioned package) and `busybox-static`, fetched with `apt-get download` into a cache and
-//! unpacked with `dpkg-deb -x`; module dependencies from `depmod` run on the unpacked tree. [`fetch`]
-//! is the one way capstan downloads a Debian package, into its package cache.
+//! unpacked with `dpkg-deb -x`; module dependencies from `depmod` run on the unpacked tree.
+//! [`fetch_all`] is the one way capstan downloads Debian packages, into its package cache.
 
 use crate::{RamdiskError, io, run};
 use std::path::{Path, PathBuf};
@@ -33,31 +33,60 @@ fn kernel_package() -> Result<String, RamdiskError> {
         })
 }
 
-/// The `.deb` of `package` in `cache`, downloaded if missing (`apt-get download`: the build
-/// machine's own package lists and architecture). The offline bundle fetches its packages this way.
-pub fn fetch(cache: &Path, package: &str) -> Result<PathBuf, RamdiskError> {
-    let find = || {
-        std::fs::read_dir(cache).ok().and_then(|entries| {
-            entries.filter_map(Result::ok).map(|e| e.path()).find(|p| {
-                p.file_name().is_some_and(|n| {
-                    n.to_string_lossy().starts_with(&format!("{package}_"))
-                        && n.to_string_lossy().ends_with(".deb")
-                })
+/// The `.deb` of `package` in `cache`, if one is there.
+fn cached(cache: &Path, package: &str) -> Option<PathBuf> {
+    let prefix = format!("{package}_");
+    std::fs::read_dir(cache).ok().and_then(|entries| {
+        entries.filter_map(Result::ok).map(|e| e.path()).find(|p| {
+            p.file_name().is_some_and(|n| {
+                let n = n.to_string_lossy();
+                n.starts_with(&prefix) && n.ends_with(".deb")
             })
         })
-    };
-    if let Some(found) = find() {
-        return Ok(found);
-    }
-    run(Command::new("apt-get")
-        .args(["download", "-q", package])
-        .current_dir(cache))?;
-    find().ok_or_else(|| {
-        RamdiskError::Package(format!(
-            "apt-get download {package} left no .deb in {}",
-            cache.display()
-        ))
     })
+}
+
+/// The `.deb` of each of `packages` in `cache`, in their order, the missing ones downloaded by one
+/// `apt-get download` (a run per package costs seconds of apt's start-up each; the offline bundle
+/// fetches about a hundred). When that run fails, the missing ones are fetched one at a time so
+/// the error names the package apt refused. This is the one way capstan downloads Debian
+/// packages, into its package cache.
+pub fn fetch_all<S: AsRef<str>>(
+    cache: &Path,
+    packages: &[S],
+) -> Result<Vec<PathBuf>, RamdiskError> {
+    let missing: Vec<&str> = packages
+        .iter()
+        .map(AsRef::as_ref)
+        .filter(|p| cached(cache, p).is_none())
+        .collect();
+    if !missing.is_empty() {
+        let together = run(Command::new("apt-get")
+            .args(["download", "-q"])
+            .args(&missing)
+            .current_dir(cache));
+        if together.is_err() {
+            for package in &missing {
+                if cached(cache, package).is_none() {
+                    run(Command::new("apt-get")
+                        .args(["download", "-q", package])
+                        .current_dir(cache))?;
+                }
+            }
+        }
+    }
+    packages
+        .iter()
+        .map(|package| {
+            let package = package.as_ref();
+            cached(cache, package).ok_or_else(|| {
+                RamdiskError::Package(format!(
+                    "apt-get download {package} left no .deb in {}",
+                    cache.display()
+                ))
+            })
+        })
+        .collect()
 }
 
 fn unpack(deb: &Path, into: &Path) -> Result<(), RamdiskError> {
@@ -76,7 +105,10 @@ pub fn prepare(cache: &Path) -> Result<DebianParts, RamdiskError> {
     std::fs::create_dir_all(cache).map_err(io("creating", cache))?;
     let kernel_package = kernel_package()?;
     let kernel_version = kernel_package.trim_start_matches("linux-image-").to_owned();
-    let kernel_deb = fetch(cache, &kernel_package)?;
+    let [kernel_deb, busybox_deb]: [PathBuf; 2] =
+        fetch_all(cache, &[kernel_package.as_str(), "busybox-static"])?
+            .try_into()
+            .map_err(|_| RamdiskError::Package("apt-get download fetched a wrong count".into()))?;
     let kernel_root = cache.join(format!("root-{kernel_package}"));
     unpack(&kernel_deb, &kernel_root)?;
     let modules_dir = kernel_root.join("lib/modules").join(&kernel_version);
@@ -86,7 +118,6 @@ pub fn prepare(cache: &Path) -> Result<DebianParts, RamdiskError> {
             .arg(&kernel_root)
             .arg(&kernel_version))?;
     }
-    let busybox_deb = fetch(cache, "busybox-static")?;
     let busybox_root = cache.join("root-busybox-static");
     unpack(&busybox_deb, &busybox_root)?;
     Ok(DebianParts {
@@ -143,5 +174,55 @@ impl DebianParts {
             .into_iter()
             .map(|m| self.modules_dir.join(m))
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Packages already in the cache come back in the order asked, and no apt runs for them
+    /// (`apt-get download` of the made-up names would fail).
+    #[test]
+    fn cached_packages_are_found_without_apt() {
+        let cache = tempfile::tempdir().unwrap();
+        for file in [
+            "capstan-test-a_1.0_amd64.deb",
+            "capstan-test-b_2%3a1.0_all.deb",
+            "capstan-test-ab_1.0_amd64.deb",
+        ] {
+            std::fs::write(cache.path().join(file), b"").unwrap();
+        }
+        let found = fetch_all(cache.path(), &["capstan-test-b", "capstan-test-a"]).unwrap();
+        let names: Vec<String> = found
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "capstan-test-b_2%3a1.0_all.deb",
+                "capstan-test-a_1.0_amd64.deb"
+            ]
+        );
+    }
+
+    /// A package apt does not know fails the fetch with apt's own words, after the one batched
+    /// run failed and the missing packages were tried one at a time.
+    #[test]
+    fn an_unknown_package_is_named_in_the_error() {
+        let cache = tempfile::tempdir().unwrap();
+        std::fs::write(cache.path().join("capstan-test-a_1.0_amd64.deb"), b"").unwrap();
+        let err = fetch_all(
+            cache.path(),
+            &["capstan-test-a", "capstan-no-such-package-7f3a"],
+        )
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+        assert!(
+            err.contains("capstan-no-such-package-7f3a"),
+            "the error names the package: {err}"
+        );
     }
 }
