@@ -355,8 +355,8 @@ async fn run(
                 }
             }
         };
-        // Dropped so the next attempt builds a new client (the kubeconfig may have been renewed,
-        // the endpoint moved).
+        // Checked before the next attempt: a client that no longer answers is dropped (after the
+        // probe's failure threshold) and one from a renewed kubeconfig replaces it.
         shared.workloads.forget(&cluster);
         attempt = attempt.saturating_add(1);
         tracing::debug!(cluster = %cluster, attempt, retry_in = ?delay, error = %failure, "the Node watch failed; reconnecting");

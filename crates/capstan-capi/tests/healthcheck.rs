@@ -47,6 +47,7 @@ impl WorkloadAccess for TestWorkload {
             } else if cluster.name == UNREACHABLE {
                 Err(WorkloadError::ProbeTimeout {
                     cluster: cluster.clone(),
+                    timeout: capstan_workload::PROBE_TIMEOUT,
                 })
             } else {
                 Err(WorkloadError::NoKubeconfig {

@@ -149,7 +149,7 @@ spec:
 {init_registration}      timeouts:
         controlPlaneComponentHealthCheckSeconds: 1500
         kubeletHealthCheckSeconds: 900
-        kubernetesAPICallSeconds: 300
+        kubernetesAPICallSeconds: 600
         etcdAPICallSeconds: 600
     joinConfiguration:
 {join_registration}    files:
@@ -225,6 +225,10 @@ metadata:
 spec:
   clusterName: {CLUSTER}
   maxUnhealthy: 100%
+  # Bare metal under software emulation: writing the image, rebooting and `kubeadm join` take
+  # longer than the default 10 minutes on a loaded 2-core machine (a CI run saw the first worker
+  # remediated and the replacement too late). 30 minutes, what `capstan render` writes.
+  nodeStartupTimeout: 30m
   selector:
     matchLabels:
       cluster.x-k8s.io/deployment-name: {CLUSTER}-workers
@@ -513,9 +517,31 @@ fn a_real_kubernetes_cluster_comes_up_from_capstans_bootstrap_data_and_goes_away
         "apply → control plane Machine Running".to_owned(),
         applied.elapsed().as_secs_f64(),
     ));
+    // The first worker Machine is the one that must come up: one replaced on the way (remediated
+    // by the MachineHealthCheck) fails the test at once, saying why, instead of waiting out the
+    // replacement.
+    let mut first_worker: Option<String> = None;
     until("worker Machine Running", Duration::from_secs(1800), || {
         let machines = machines_of(&kc);
-        match machine_with(&machines, false) {
+        let worker = machine_with(&machines, false);
+        if let Some(m) = worker {
+            let first = first_worker.get_or_insert_with(|| name_of(m).to_owned());
+            if first != name_of(m) {
+                let (_, checks) = kubectl(
+                    &kc,
+                    &["get", "machinehealthchecks.cluster.x-k8s.io", "-o", "json"],
+                );
+                let (_, events) = kubectl(&kc, &["get", "events", "-o", "wide"]);
+                panic!(
+                    "worker Machine {first} was replaced by {} before it ran: {}\n\
+                     MachineHealthChecks: {checks}\nEvents:\n{events}\n{}",
+                    name_of(m),
+                    phase_of(Some(m)),
+                    consoles()
+                );
+            }
+        }
+        match worker {
             Some(m) if m["status"]["phase"] == "Running" => Ok(()),
             other => Err(format!("{}\n{}", phase_of(other), consoles())),
         }
