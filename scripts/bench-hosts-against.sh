@@ -9,7 +9,7 @@
 # once, in a worktree under $CAPSTAN_BENCH_CACHE (default ~/.cache/capstan/bench/<commit>), and kept.
 # The same client (this tree's `capstan bench hosts`) drives both servers, the baseline first, with
 # the options given (e.g. `--count 10000`); each run prints time, server CPU per host, store writes
-# per host and peak RSS.
+# per host, peak RSS and, by the server's own counters, its API requests and reconciles per host.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -193,10 +193,12 @@ fn every_rule_has_an_explanation() {
     );
 }
 
-#[test]
-fn bench_image_write_reports_both_writers() {
+/// The figures a `capstan bench … --json` run printed; the run must succeed.
+fn bench_figures(args: &[&str]) -> serde_json::Value {
     let out = Command::new(env!("CARGO_BIN_EXE_capstan"))
-        .args(["bench", "image-write", "--size-mib", "8", "--json"])
+        .arg("bench")
+        .args(args)
+        .arg("--json")
         .output()
         .unwrap();
     assert!(
@@ -204,11 +206,59 @@ fn bench_image_write_reports_both_writers() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let figures: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn bench_image_write_reports_both_writers() {
+    let figures = bench_figures(&["image-write", "--size-mib", "8"]);
     assert_eq!(figures["image_mib"], 8);
     for key in ["agent_mib_per_second", "dd_mib_per_second"] {
         assert!(figures[key].as_f64().unwrap() > 0.0, "{key}: {figures}");
     }
+}
+
+/// A few `fake://` hosts through a real `capstan serve`: the figures include what each host cost by
+/// the server's own counters, and those agree with what a host costs (one BareMetalHost and three
+/// Secrets created per host, the host controller woken more than once).
+#[test]
+fn bench_hosts_reports_the_server_counters_per_host() {
+    let figures = bench_figures(&["hosts", "--count", "4", "--step-ms", "10"]);
+    assert_eq!(figures["hosts"], 4);
+    let counters: BTreeMap<String, f64> = figures["server_counters_per_host"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["counter"].as_str().unwrap().to_owned(),
+                c["per_host"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        counters.get("create baremetalhosts"),
+        Some(&1.0),
+        "{counters:?}"
+    );
+    // The client's BMC Secret and the two the host controller writes for each host.
+    assert_eq!(counters.get("create secrets"), Some(&3.0), "{counters:?}");
+    assert!(
+        counters
+            .get("reconcile baremetalhost")
+            .copied()
+            .unwrap_or(0.0)
+            >= 2.0,
+        "{counters:?}"
+    );
+    // Largest first.
+    let per_host: Vec<f64> = figures["server_counters_per_host"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["per_host"].as_f64().unwrap())
+        .collect();
+    assert!(per_host.windows(2).all(|w| w[0] >= w[1]), "{per_host:?}");
 }
 
 /// Runs capstan with stdout on a pipe whose reader is already gone: every write fails with EPIPE,

@@ -1128,43 +1128,83 @@ fn the_service_account_issuer_and_api_audiences_are_set_by_flags() {
     assert!(!String::from_utf8_lossy(&out.stdout).contains("ready at"));
 }
 
-/// The value of `GLIBC_TUNABLES` in the environment of process `pid`.
-fn tunables_of(pid: u32) -> Option<String> {
+/// The value of `name` in the environment of process `pid`.
+fn env_of(pid: u32, name: &str) -> Option<String> {
     let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    let prefix = format!("{name}=");
     environ
         .split(|b| *b == 0)
         .filter_map(|entry| std::str::from_utf8(entry).ok())
-        .find_map(|entry| entry.strip_prefix("GLIBC_TUNABLES=").map(str::to_owned))
+        .find_map(|entry| entry.strip_prefix(prefix.as_str()).map(str::to_owned))
+}
+
+/// Starts `capstan serve --no-controllers` in `data` with the allocator variables `env` says (a
+/// value, or `None`: unset) and returns it once ready, with its pid.
+fn serve_in_env(data: &Path, env: &[(&str, Option<&str>)]) -> std::process::Child {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_capstan"));
+    for (name, value) in env {
+        match value {
+            Some(value) => command.env(name, value),
+            None => command.env_remove(name),
+        };
+    }
+    let mut child = command
+        .args(["serve", "--no-controllers", "--data-dir"])
+        .arg(data)
+        .args(["--listen", &format!("127.0.0.1:{}", free_port())])
+        .args(["--provisioning-listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_ready(&mut child, &format!("{env:?}"));
+    child
 }
 
 #[test]
-fn serve_limits_malloc_arenas_unless_the_environment_sets_its_own_tunables() {
+fn serve_tunes_its_allocators_unless_the_environment_sets_its_own_tunables() {
     let dir = tempfile::tempdir().unwrap();
-    // By default the server runs (as the same process) with two malloc arenas.
-    let server = serve(&dir.path().join("a"), free_port(), &["--no-controllers"]);
+    let unset = [
+        ("GLIBC_TUNABLES", None),
+        ("MIMALLOC_PURGE_DELAY", None),
+        ("MIMALLOC_ARENA_EAGER_COMMIT", None),
+    ];
+    // By default the server runs (as the same process) with two glibc malloc arenas (SQLite's) and
+    // mimalloc returning freed pages at once.
+    let mut child = serve_in_env(&dir.path().join("a"), &unset);
     // glibc rewrites the variable in the process's environment as it reads it (the text keeps the
     // arena limit and not the trim threshold), so the test looks for the arena limit.
-    let tunables = tunables_of(server.child.id()).unwrap_or_default();
+    let tunables = env_of(child.id(), "GLIBC_TUNABLES").unwrap_or_default();
     assert!(
         tunables.contains("glibc.malloc.arena_max=2"),
         "GLIBC_TUNABLES={tunables:?}"
     );
-    drop(server);
-    // Tunables the environment gives (even none) are kept.
-    for given in ["glibc.malloc.arena_max=4", ""] {
-        let data = dir.path().join(format!("b{}", given.len()));
-        let mut child = Command::new(env!("CARGO_BIN_EXE_capstan"))
-            .env("GLIBC_TUNABLES", given)
-            .args(["serve", "--no-controllers", "--data-dir"])
-            .arg(&data)
-            .args(["--listen", &format!("127.0.0.1:{}", free_port())])
-            .args(["--provisioning-listen", "127.0.0.1:0"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        wait_ready(&mut child, given);
-        assert_eq!(tunables_of(child.id()).as_deref(), Some(given));
+    let mimalloc = |child: &std::process::Child| {
+        [
+            env_of(child.id(), "MIMALLOC_PURGE_DELAY"),
+            env_of(child.id(), "MIMALLOC_ARENA_EAGER_COMMIT"),
+        ]
+    };
+    assert_eq!(mimalloc(&child), [Some("0".into()), Some("0".into())]);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // A mimalloc setting the environment gives is kept when the others are added.
+    let mut given = unset;
+    given[1].1 = Some("25");
+    let mut child = serve_in_env(&dir.path().join("c"), &given);
+    assert_eq!(mimalloc(&child), [Some("25".into()), Some("0".into())]);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Tunables the environment gives (even none) are kept, and nothing is added.
+    for tunables in ["glibc.malloc.arena_max=4", ""] {
+        let mut given = unset;
+        given[0].1 = Some(tunables);
+        let mut child = serve_in_env(&dir.path().join(format!("b{}", tunables.len())), &given);
+        assert_eq!(
+            env_of(child.id(), "GLIBC_TUNABLES").as_deref(),
+            Some(tunables)
+        );
+        assert_eq!(mimalloc(&child), [None, None]);
         child.kill().unwrap();
         child.wait().unwrap();
     }

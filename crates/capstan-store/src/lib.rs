@@ -407,11 +407,12 @@ impl Store {
             return Err(StoreError::Undecodable(key));
         }
         self.read(move |conn| {
-            conn.query_row(
+            conn.prepare_cached(
                 "SELECT rv, value FROM objects WHERE resource = ?1 AND namespace = ?2 AND name = ?3",
-                params![key.resource, key.namespace, key.name],
-                |row| Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?)),
-            )
+            )?
+            .query_row(params![key.resource, key.namespace, key.name], |row| {
+                Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))
+            })
             .optional()
             .map(|found| {
                 found.map(|(rv, json)| StoredObject {
@@ -534,11 +535,9 @@ impl Store {
     /// Counts objects per resource (for metrics and `capstan bench`).
     pub async fn count(&self, resource: String) -> Result<u64, StoreError> {
         self.read(move |conn| {
-            let n: i64 = conn.query_row(
-                "SELECT COUNT(*) FROM objects WHERE resource = ?1",
-                [resource],
-                |r| r.get(0),
-            )?;
+            let n: i64 = conn
+                .prepare_cached("SELECT COUNT(*) FROM objects WHERE resource = ?1")?
+                .query_row([resource], |r| r.get(0))?;
             Ok(u64::try_from(n).unwrap_or_default())
         })
         .await

@@ -63,10 +63,10 @@ fn configure(conn: &Connection, tuning: ConnectionTuning) -> Result<(), StoreErr
     Ok(())
 }
 
-/// The writer's own statements (objects, labels, change log and counters: 13), which it runs on
-/// every write: its cache holds them all whatever the readers keep, or each write would compile
-/// them again.
-pub(crate) const WRITER_STATEMENTS: usize = 16;
+/// The writer's own statements (objects, labels, change log, counters and each write's savepoint:
+/// 16), which it runs on every write: its cache holds them all, with room to spare, whatever the
+/// readers keep, or each write would compile them again.
+pub(crate) const WRITER_STATEMENTS: usize = 24;
 
 /// The layout version this code writes: 2 added the label index.
 const SCHEMA: u64 = 2;

@@ -137,19 +137,23 @@ fn apply_batch(
     start_head: u64,
     retained_events: u64,
 ) -> Result<(Vec<WriteOutcome>, u64, u64), StoreError> {
-    let mut tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let mut head = start_head;
     let mut results = Vec::with_capacity(batch.len());
     for request in batch {
-        let mut savepoint = tx.savepoint()?;
-        match apply_one(&savepoint, &request.op, head + 1) {
+        // The savepoint's statements are prepared once and kept (rusqlite's `Savepoint` parses its
+        // SQL anew for every write). A failure of one of them ends the batch: `tx` is dropped
+        // uncommitted, so SQLite rolls all of it back.
+        tx.prepare_cached("SAVEPOINT one_write")?.execute([])?;
+        match apply_one(&tx, &request.op, head + 1) {
             Ok(done) => {
-                savepoint.commit()?;
+                tx.prepare_cached("RELEASE one_write")?.execute([])?;
                 head += 1;
                 results.push(Ok(done));
             }
             Err(err) => {
-                savepoint.rollback()?;
+                tx.prepare_cached("ROLLBACK TO one_write")?.execute([])?;
+                tx.prepare_cached("RELEASE one_write")?.execute([])?;
                 results.push(Err(err));
             }
         }

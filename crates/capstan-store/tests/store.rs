@@ -889,3 +889,90 @@ async fn a_resources_last_change_moves_with_its_writes_and_only_with_them() {
     let reopened = open(&dir);
     assert_eq!(reopened.last_change(clusters), reopened.head());
 }
+
+#[tokio::test]
+async fn writes_that_fail_in_a_batch_leave_nothing_and_the_rest_of_the_batch_lands() {
+    use capstan_store::{LabelTerm, ListQuery};
+    // Each write runs in its own savepoint: a refused one is rolled back to it, and the batch's
+    // other writes commit with their label index rows.
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir);
+    let labelled = |name: &str, attempt: usize| json!({"metadata": {"name": name, "namespace": "default", "labels": {"attempt": attempt.to_string()}}, "spec": {}});
+    let mut too_deep = json!(0);
+    for _ in 0..200 {
+        too_deep = json!([too_deep]);
+    }
+    let writes: Vec<_> = (0..96)
+        .map(|i| {
+            let store = store.clone();
+            let deep = too_deep.clone();
+            tokio::spawn(async move {
+                match i % 3 {
+                    // One of these wins; the others find it there.
+                    0 => store.create(key("same"), labelled("same", i)).await,
+                    // Refused before anything is written.
+                    1 => {
+                        let name = format!("deep{i}");
+                        let mut value = labelled(&name, i);
+                        value["spec"]["deep"] = deep;
+                        store.create(key(&name), value).await
+                    }
+                    _ => {
+                        let name = format!("c{i}");
+                        store.create(key(&name), labelled(&name, i)).await
+                    }
+                }
+            })
+        })
+        .collect();
+    let (mut landed, mut exists, mut deep) = (Vec::new(), 0, 0);
+    for write in writes {
+        match write.await.unwrap() {
+            Ok(object) => landed.push(object),
+            Err(StoreError::AlreadyExists(_)) => exists += 1,
+            Err(StoreError::TooDeep { .. }) => deep += 1,
+            Err(e) => panic!("unexpected {e}"),
+        }
+    }
+    assert_eq!((landed.len(), exists, deep), (33, 31, 32));
+    // Only the writes that landed took a resourceVersion.
+    assert_eq!(store.head(), 33);
+    let winner = landed
+        .iter()
+        .find(|o| o.key.name == "same")
+        .unwrap()
+        .value()
+        .unwrap()["metadata"]["labels"]["attempt"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let with_attempt = |attempt: String| {
+        let store = store.clone();
+        async move {
+            store
+                .query(ListQuery {
+                    labels: vec![LabelTerm::Equals("attempt".into(), attempt)],
+                    ..ListQuery::new("cluster.x-k8s.io/clusters", None)
+                })
+                .await
+                .unwrap()
+                .items
+                .len()
+        }
+    };
+    assert_eq!(with_attempt(winner.clone()).await, 1);
+    // No refused write left a label row behind.
+    for i in (0..96).filter(|i| i % 3 != 2) {
+        if i.to_string() != winner {
+            assert_eq!(with_attempt(i.to_string()).await, 0, "attempt {i}");
+        }
+    }
+    let all = store
+        .query(ListQuery::new("cluster.x-k8s.io/clusters", None))
+        .await
+        .unwrap();
+    assert_eq!(all.items.len(), 33);
+    // The writer is not left inside a savepoint: the next write lands.
+    store.create(key("after"), obj("after", 0)).await.unwrap();
+    assert_eq!(store.head(), 34);
+}

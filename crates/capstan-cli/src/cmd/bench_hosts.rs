@@ -9,6 +9,11 @@
 //! on one machine in one go (`scripts/bench-hosts-against.sh` does that for a commit); the client
 //! and its figures stay the same. `--keep-data` leaves the server's store behind, to see which
 //! writes each host cost (its change log is the `events` table).
+//!
+//! Besides time, CPU and memory it reports what each host cost the server by the server's own
+//! counters (`/metrics`): API requests by verb and resource, and reconciles by controller, each
+//! divided by the hosts — so a regression shows as which controller woke or read more, not only
+//! as more CPU. A server without a counter (an older build) leaves it out.
 
 use crate::output::Exit;
 use crate::output::outln;
@@ -26,6 +31,9 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// How many of the grown counters the text output lists (JSON has them all).
+const TOP_COUNTERS: usize = 15;
 
 /// Arguments of `capstan bench hosts`.
 #[derive(Debug, clap::Args)]
@@ -70,6 +78,16 @@ struct Figures {
     store_writes_per_host: f64,
     server_peak_rss_mib: f64,
     server_rss_mib: f64,
+    /// What grew in the server's counters during the run, per host, the largest first: `verb
+    /// resource` for API requests (the in-process controllers' included), `reconcile controller`
+    /// for reconciles.
+    server_counters_per_host: Vec<CounterPerHost>,
+}
+
+#[derive(Debug, Serialize)]
+struct CounterPerHost {
+    counter: String,
+    per_host: f64,
 }
 
 pub(super) fn cpu_seconds(pid: u32) -> f64 {
@@ -191,6 +209,7 @@ async fn bench(args: &Args, data_dir: &Path) -> anyhow::Result<Figures> {
         let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
         let hosts: Api<BareMetalHost> = Api::namespaced(client.clone(), "default");
         let timeout = Duration::from_secs(args.timeout);
+        let counters_before = super::bench_clusters::Counters::read(&client).await;
         let started = Instant::now();
         futures::stream::iter(0..args.count)
             .map(|i| {
@@ -245,7 +264,16 @@ async fn bench(args: &Args, data_dir: &Path) -> anyhow::Result<Figures> {
         let (rss, peak) = super::bench::rss_mib(pid);
         let server_cpu_seconds = cpu_seconds(pid);
         let store_writes = store_head(&secrets).await?;
+        let counters_after = super::bench_clusters::Counters::read(&client).await;
         let per_host = |value: f64| value / args.count.max(1) as f64;
+        let server_counters_per_host = counters_after
+            .since(&counters_before)
+            .into_iter()
+            .map(|(counter, grown)| CounterPerHost {
+                counter,
+                per_host: per_host(grown as f64),
+            })
+            .collect();
         Ok::<_, anyhow::Error>(Figures {
             hosts: args.count,
             concurrency: args.concurrency,
@@ -259,6 +287,7 @@ async fn bench(args: &Args, data_dir: &Path) -> anyhow::Result<Figures> {
             store_writes_per_host: per_host(store_writes as f64),
             server_peak_rss_mib: peak,
             server_rss_mib: rss,
+            server_counters_per_host,
         })
     }
     .await;
@@ -322,6 +351,12 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
             figures.server_peak_rss_mib,
             figures.server_rss_mib
         );
+        if !figures.server_counters_per_host.is_empty() {
+            outln!("  per host, by the server's counters (the largest {TOP_COUNTERS}):");
+            for counter in figures.server_counters_per_host.iter().take(TOP_COUNTERS) {
+                outln!("    {:>8.2}  {}", counter.per_host, counter.counter);
+            }
+        }
     }
     Ok(Exit::Ok)
 }

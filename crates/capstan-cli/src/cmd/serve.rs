@@ -61,7 +61,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args, style: &Style) -> anyhow::Result<Exit> {
-    crate::malloc::limit_arenas();
+    crate::malloc::tune_allocators();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
