@@ -7,9 +7,10 @@
 #
 # COMMIT (default 7dcec28, the last figure before the cluster controllers landed) is built in release
 # once, in a worktree under $CAPSTAN_BENCH_CACHE (default ~/.cache/capstan/bench/<commit>), and kept.
-# The same client (this tree's `capstan bench hosts`) drives both servers, the baseline first, with
-# the options given (e.g. `--count 10000`); each run prints time, server CPU per host, store writes
-# per host, peak RSS and, by the server's own counters, its API requests and reconciles per host.
+# The same client (this tree's `capstan bench hosts --against`) drives both servers, the baseline
+# first, with the options given (e.g. `--count 10000`), and prints them side by side: time, server
+# CPU per host, store writes per host, peak RSS and, by the servers' own counters, the API requests
+# and reconciles per host where the two differ.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,8 +29,7 @@ if [ ! -x "$baseline" ]; then
   (cd "$cache" && cargo build --release --quiet -p capstan-cli --bin capstan)
 fi
 cargo build --release --quiet -p capstan-cli --bin capstan
+tree_capstan=${CARGO_TARGET_DIR:-target}/release/capstan
 
-echo "== $commit" >&2
-target/release/capstan bench hosts --server "$baseline" "$@"
-echo "== this tree ($(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo ', changed'))" >&2
-target/release/capstan bench hosts "$@"
+echo "== baseline $commit, then this tree ($(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo ', changed'))" >&2
+"$tree_capstan" bench hosts --against "$baseline" "$@"

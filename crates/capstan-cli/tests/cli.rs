@@ -261,6 +261,35 @@ fn bench_hosts_reports_the_server_counters_per_host() {
     assert!(per_host.windows(2).all(|w| w[0] >= w[1]), "{per_host:?}");
 }
 
+/// `--against` runs a baseline server and then the one under test with the same options, and
+/// reports both.
+#[test]
+fn bench_hosts_against_a_baseline_reports_both_runs() {
+    let figures = bench_figures(&[
+        "hosts",
+        "--count",
+        "2",
+        "--step-ms",
+        "10",
+        "--against",
+        env!("CARGO_BIN_EXE_capstan"),
+    ]);
+    for run in ["baseline", "this"] {
+        assert_eq!(figures[run]["hosts"], 2, "{figures}");
+        assert!(
+            figures[run]["server_cpu_seconds"].as_f64().unwrap() > 0.0,
+            "{figures}"
+        );
+        assert!(
+            !figures[run]["server_counters_per_host"]
+                .as_array()
+                .unwrap()
+                .is_empty(),
+            "{figures}"
+        );
+    }
+}
+
 /// Runs capstan with stdout on a pipe whose reader is already gone: every write fails with EPIPE,
 /// as with `capstan … | head -1` once head has exited.
 fn capstan_into_closed_pipe(args: &[&str]) -> Output {

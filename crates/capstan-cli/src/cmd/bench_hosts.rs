@@ -5,9 +5,10 @@
 //! The fake BMC and the simulated agent replace only the machines: the API server, the store, the
 //! host controller, the provisioner and the agent session registry all do their real work.
 //!
-//! `--server` runs another capstan build as the server, so two builds are compared side by side
-//! on one machine in one go (`scripts/bench-hosts-against.sh` does that for a commit); the client
-//! and its figures stay the same. `--keep-data` leaves the server's store behind, to see which
+//! `--server` runs another capstan build as the server, and `--against` runs one as a baseline
+//! before the server under test, so two builds are compared side by side on one machine in one go
+//! (`scripts/bench-hosts-against.sh` does that for a commit); the client and its figures stay the
+//! same. `--keep-data` leaves the server's store behind, to see which
 //! writes each host cost (its change log is the `events` table).
 //!
 //! Besides time, CPU and memory it reports what each host cost the server by the server's own
@@ -57,9 +58,13 @@ pub struct Args {
     #[arg(long, value_name = "PATH")]
     server: Option<PathBuf>,
     /// Keep the server's data directory here instead of a temporary one, and leave it after the
-    /// run. It must not exist yet.
+    /// run. It must not exist yet. With `--against`, the two runs' are `baseline/` and `this/` in it.
     #[arg(long, value_name = "DIR")]
     keep_data: Option<PathBuf>,
+    /// Run this capstan build as the server first, as a baseline, then the server under test
+    /// (`--server`, or this one) with the same options, and print the two side by side.
+    #[arg(long, value_name = "PATH")]
+    against: Option<PathBuf>,
 }
 
 #[derive(Debug, Serialize)]
@@ -191,18 +196,11 @@ async fn store_head(secrets: &Api<Secret>) -> anyhow::Result<u64> {
         .with_context(|| format!("the list's resourceVersion {version:?} is not a number"))
 }
 
-async fn bench(args: &Args, data_dir: &Path) -> anyhow::Result<Figures> {
+async fn bench(args: &Args, server: Option<&Path>, data_dir: &Path) -> anyhow::Result<Figures> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
-    let mut child = spawn_server(
-        args.server.as_deref(),
-        data_dir,
-        port,
-        args.concurrency,
-        args.step_ms,
-        &[],
-    )?;
+    let mut child = spawn_server(server, data_dir, port, args.concurrency, args.step_ms, &[])?;
     let pid = child.id();
     let result = async {
         let client = capstan_runtime::client_from_kubeconfig(&data_dir.join("kubeconfig")).await?;
@@ -296,67 +294,223 @@ async fn bench(args: &Args, data_dir: &Path) -> anyhow::Result<Figures> {
     result
 }
 
+/// One run of the benchmark against `server` (default: this binary), its store in `data_dir` (kept
+/// there when `keep` says so, else removed).
+fn measure(
+    runtime: &tokio::runtime::Runtime,
+    args: &Args,
+    server: Option<&Path>,
+    data_dir: &Path,
+    keep: bool,
+) -> anyhow::Result<Figures> {
+    if keep {
+        std::fs::create_dir(data_dir)
+            .with_context(|| format!("creating --keep-data {}", data_dir.display()))?;
+    }
+    let figures = runtime.block_on(bench(args, server, data_dir));
+    if !keep {
+        let _ = std::fs::remove_dir_all(data_dir);
+    }
+    figures
+}
+
 pub fn run(args: Args) -> anyhow::Result<Exit> {
-    let dir = match &args.keep_data {
-        Some(dir) => {
-            std::fs::create_dir(dir)
-                .with_context(|| format!("creating --keep-data {}", dir.display()))?;
-            dir.clone()
-        }
-        None => super::bench::tempfile_dir("hosts")?,
-    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    errln!(
-        "bench hosts: {} fake hosts through capstan serve…",
-        args.count
-    );
-    let figures = runtime.block_on(bench(&args, &dir));
-    if args.keep_data.is_none() {
-        let _ = std::fs::remove_dir_all(&dir);
+    let keep = args.keep_data.is_some();
+    let dir_for = |run: &str| -> anyhow::Result<PathBuf> {
+        Ok(match (&args.keep_data, &args.against) {
+            (Some(dir), None) => dir.clone(),
+            (Some(dir), Some(_)) => dir.join(run),
+            (None, _) => super::bench::tempfile_dir("hosts")?,
+        })
+    };
+    if let Some(dir) = args.keep_data.as_ref().filter(|_| args.against.is_some()) {
+        std::fs::create_dir(dir)
+            .with_context(|| format!("creating --keep-data {}", dir.display()))?;
     }
-    let figures = figures?;
-    if args.json {
-        outln!("{}", serde_json::to_string_pretty(&figures)?);
-    } else {
-        outln!(
-            "{} fake hosts (controller concurrency {}, simulated agent step {} ms)",
-            figures.hosts,
-            figures.concurrency,
-            figures.simulated_step_ms
-        );
-        outln!("  created in            {:>8.2} s", figures.create_seconds);
-        outln!(
-            "  all available after   {:>8.2} s",
-            figures.to_available_seconds
-        );
-        outln!(
-            "  all provisioned after {:>8.2} s (from setting the image)",
-            figures.to_provisioned_seconds
-        );
-        outln!(
-            "  server CPU time       {:>8.2} s ({:.1} ms per host)",
-            figures.server_cpu_seconds,
-            figures.server_cpu_ms_per_host
-        );
-        outln!(
-            "  store writes          {:>8} ({:.1} per host)",
-            figures.store_writes,
-            figures.store_writes_per_host
-        );
-        outln!(
-            "  server peak RSS       {:>8.1} MiB (now {:.1} MiB)",
-            figures.server_peak_rss_mib,
-            figures.server_rss_mib
-        );
-        if !figures.server_counters_per_host.is_empty() {
-            outln!("  per host, by the server's counters (the largest {TOP_COUNTERS}):");
-            for counter in figures.server_counters_per_host.iter().take(TOP_COUNTERS) {
-                outln!("    {:>8.2}  {}", counter.per_host, counter.counter);
-            }
+    let baseline = match args.against.as_deref() {
+        Some(server) => {
+            errln!(
+                "bench hosts: {} fake hosts through the baseline {}…",
+                args.count,
+                server.display()
+            );
+            let figures = measure(&runtime, &args, Some(server), &dir_for("baseline")?, keep)?;
+            Some((server, figures))
         }
+        None => None,
+    };
+    errln!(
+        "bench hosts: {} fake hosts through {}…",
+        args.count,
+        if baseline.is_some() {
+            "the server under test"
+        } else {
+            "capstan serve"
+        }
+    );
+    let this = measure(
+        &runtime,
+        &args,
+        args.server.as_deref(),
+        &dir_for("this")?,
+        keep,
+    )?;
+    match (baseline, args.json) {
+        (None, true) => outln!("{}", serde_json::to_string_pretty(&this)?),
+        (None, false) => print_figures(&this),
+        (Some((_, baseline)), true) => outln!(
+            "{}",
+            serde_json::to_string_pretty(&json!({"baseline": baseline, "this": this}))?
+        ),
+        (Some((server, baseline)), false) => print_side_by_side(server, &baseline, &this),
     }
     Ok(Exit::Ok)
+}
+
+fn print_figures(figures: &Figures) {
+    outln!(
+        "{} fake hosts (controller concurrency {}, simulated agent step {} ms)",
+        figures.hosts,
+        figures.concurrency,
+        figures.simulated_step_ms
+    );
+    outln!("  created in            {:>8.2} s", figures.create_seconds);
+    outln!(
+        "  all available after   {:>8.2} s",
+        figures.to_available_seconds
+    );
+    outln!(
+        "  all provisioned after {:>8.2} s (from setting the image)",
+        figures.to_provisioned_seconds
+    );
+    outln!(
+        "  server CPU time       {:>8.2} s ({:.1} ms per host)",
+        figures.server_cpu_seconds,
+        figures.server_cpu_ms_per_host
+    );
+    outln!(
+        "  store writes          {:>8} ({:.1} per host)",
+        figures.store_writes,
+        figures.store_writes_per_host
+    );
+    outln!(
+        "  server peak RSS       {:>8.1} MiB (now {:.1} MiB)",
+        figures.server_peak_rss_mib,
+        figures.server_rss_mib
+    );
+    if !figures.server_counters_per_host.is_empty() {
+        outln!("  per host, by the server's counters (the largest {TOP_COUNTERS}):");
+        for counter in figures.server_counters_per_host.iter().take(TOP_COUNTERS) {
+            outln!("    {:>8.2}  {}", counter.per_host, counter.counter);
+        }
+    }
+}
+
+/// The figures of both runs in columns, with this run's change against the baseline; of the
+/// counters, those that changed, the largest first.
+fn print_side_by_side(baseline_server: &Path, baseline: &Figures, this: &Figures) {
+    outln!(
+        "{} fake hosts (controller concurrency {}, simulated agent step {} ms); baseline: {}",
+        this.hosts,
+        this.concurrency,
+        this.simulated_step_ms,
+        baseline_server.display()
+    );
+    outln!(
+        "  {:<34} {:>10} {:>10} {:>8}",
+        "",
+        "baseline",
+        "this",
+        "change"
+    );
+    let row = |name: &str, a: f64, b: f64| {
+        outln!("  {name:<34} {a:>10.2} {b:>10.2} {:>8}", change(a, b));
+    };
+    row(
+        "to available (s)",
+        baseline.to_available_seconds,
+        this.to_available_seconds,
+    );
+    row(
+        "to provisioned (s)",
+        baseline.to_provisioned_seconds,
+        this.to_provisioned_seconds,
+    );
+    row(
+        "server CPU per host (ms)",
+        baseline.server_cpu_ms_per_host,
+        this.server_cpu_ms_per_host,
+    );
+    row(
+        "store writes per host",
+        baseline.store_writes_per_host,
+        this.store_writes_per_host,
+    );
+    row(
+        "server peak RSS (MiB)",
+        baseline.server_peak_rss_mib,
+        this.server_peak_rss_mib,
+    );
+    let per_host = |figures: &Figures| -> HashMap<String, f64> {
+        figures
+            .server_counters_per_host
+            .iter()
+            .map(|c| (c.counter.clone(), c.per_host))
+            .collect()
+    };
+    let (a, b) = (per_host(baseline), per_host(this));
+    let mut counters: Vec<(&String, f64, f64)> = a
+        .keys()
+        .chain(b.keys().filter(|k| !a.contains_key(*k)))
+        .map(|k| {
+            (
+                k,
+                a.get(k).copied().unwrap_or(0.0),
+                b.get(k).copied().unwrap_or(0.0),
+            )
+        })
+        .filter(|(_, x, y)| (x - y).abs() >= 0.05)
+        .collect();
+    counters.sort_by(|x, y| {
+        y.1.max(y.2)
+            .total_cmp(&x.1.max(x.2))
+            .then_with(|| x.0.cmp(y.0))
+    });
+    if !counters.is_empty() {
+        outln!("  per host, by the servers' counters, where they differ:");
+        for (counter, x, y) in counters.into_iter().take(TOP_COUNTERS) {
+            row(&format!("  {counter}"), x, y);
+        }
+    }
+}
+
+/// `b` against `a` in percent, or what appeared or went.
+fn change(a: f64, b: f64) -> String {
+    if a == 0.0 && b == 0.0 {
+        "=".into()
+    } else if a == 0.0 {
+        "new".into()
+    } else if b == 0.0 {
+        "gone".into()
+    } else {
+        format!("{:+.0}%", (b - a) / a * 100.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::change;
+
+    #[test]
+    fn a_change_is_told_in_percent_or_as_what_appeared_or_went() {
+        assert_eq!(change(20.0, 30.0), "+50%");
+        assert_eq!(change(40.0, 30.0), "-25%");
+        assert_eq!(change(0.0, 19.0), "new");
+        assert_eq!(change(37.0, 0.0), "gone");
+        assert_eq!(change(0.0, 0.0), "=");
+    }
 }
