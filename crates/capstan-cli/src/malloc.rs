@@ -4,7 +4,7 @@
 //! Every Rust allocation goes to mimalloc. With glibc's malloc, the server's threads (the async
 //! workers, the blocking pool's readers, SQLite's writer) contended for its arenas, and a limit of two
 //! arenas — which kept an idle server tens of MiB lower — made the contention worse: 1,000 hosts
-//! through `capstan serve` cost 39–41 ms of CPU each with two arenas and 36 ms with glibc's default,
+//! through `capstan serve` cost 39–44 ms of CPU each with two arenas and 36 ms with glibc's default,
 //! against 30 ms with mimalloc (docs/benchmarks.md, "`capstan bench hosts` beside an older
 //! build").
 //!

@@ -1139,7 +1139,7 @@ fn env_of(pid: u32, name: &str) -> Option<String> {
 }
 
 /// Starts `capstan serve --no-controllers` in `data` with the allocator variables `env` says (a
-/// value, or `None`: unset) and returns it once ready, with its pid.
+/// value, or `None`: unset) and returns it once it is ready.
 fn serve_in_env(data: &Path, env: &[(&str, Option<&str>)]) -> std::process::Child {
     let mut command = Command::new(env!("CARGO_BIN_EXE_capstan"));
     for (name, value) in env {

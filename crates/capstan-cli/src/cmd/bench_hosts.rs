@@ -294,8 +294,8 @@ async fn bench(args: &Args, server: Option<&Path>, data_dir: &Path) -> anyhow::R
     result
 }
 
-/// One run of the benchmark against `server` (default: this binary), its store in `data_dir` (kept
-/// there when `keep` says so, else removed).
+/// One run of the benchmark against `server` (default: this binary), its store in `data_dir`,
+/// which is removed afterwards unless `keep` says to leave it.
 fn measure(
     runtime: &tokio::runtime::Runtime,
     args: &Args,
@@ -303,10 +303,6 @@ fn measure(
     data_dir: &Path,
     keep: bool,
 ) -> anyhow::Result<Figures> {
-    if keep {
-        std::fs::create_dir(data_dir)
-            .with_context(|| format!("creating --keep-data {}", data_dir.display()))?;
-    }
     let figures = runtime.block_on(bench(args, server, data_dir));
     if !keep {
         let _ = std::fs::remove_dir_all(data_dir);
@@ -320,17 +316,22 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
         .build()
         .context("starting the async runtime")?;
     let keep = args.keep_data.is_some();
-    let dir_for = |run: &str| -> anyhow::Result<PathBuf> {
-        Ok(match (&args.keep_data, &args.against) {
-            (Some(dir), None) => dir.clone(),
-            (Some(dir), Some(_)) => dir.join(run),
-            (None, _) => super::bench::tempfile_dir("hosts")?,
-        })
-    };
-    if let Some(dir) = args.keep_data.as_ref().filter(|_| args.against.is_some()) {
+    if let Some(dir) = &args.keep_data {
         std::fs::create_dir(dir)
             .with_context(|| format!("creating --keep-data {}", dir.display()))?;
     }
+    // Each run's store: the kept directory itself, or its `run/` when there are two runs.
+    let dir_for = |run: &str| -> anyhow::Result<PathBuf> {
+        match (&args.keep_data, &args.against) {
+            (Some(dir), None) => Ok(dir.clone()),
+            (Some(dir), Some(_)) => {
+                let dir = dir.join(run);
+                std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
+                Ok(dir)
+            }
+            (None, _) => super::bench::tempfile_dir(&format!("hosts-{run}")),
+        }
+    };
     let baseline = match args.against.as_deref() {
         Some(server) => {
             errln!(
